@@ -1,0 +1,34 @@
+"""Per-request records a simulation hands to `simserve.metrics`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecords:
+    """What happened to every request of one run, as arrays indexed by request id.
+
+    Token k (0-based) of request i arrived at token_times_s[token_offsets[i] + k];
+    token_offsets has n+1 entries and token_offsets[i+1]-token_offsets[i] == output_tokens[i].
+    A request that did not finish has finish_s = NaN and NaN for its missing tokens.
+    first_token_s[i] == token_times_s[token_offsets[i]] and finish_s[i] is its last token's time.
+    num_preemptions counts recompute/swap preemptions of each request.
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    token_offsets: np.ndarray
+    token_times_s: np.ndarray
+    num_preemptions: np.ndarray
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.arrival_s)
+
+    def token_times(self, i: int) -> np.ndarray:
+        return self.token_times_s[self.token_offsets[i]:self.token_offsets[i + 1]]

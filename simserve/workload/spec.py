@@ -1,0 +1,37 @@
+"""The value every workload source produces: requests as arrays (struct of arrays)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Requests sorted by arrival time.
+
+    arrival_s      float64 seconds from the start of the run (first arrival may be > 0)
+    prompt_tokens  int64 >= 1
+    output_tokens  int64 >= 1 (tokens the request generates, the first one included)
+    name           where it came from (trace name or generator)
+    num_capped     how many requests were shortened to fit the model's max context
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    name: str = "workload"
+    num_capped: int = 0
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
+            raise ValueError("Workload arrays must have equal lengths")
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.arrival_s)
+
+    def __len__(self) -> int:
+        return self.num_requests
