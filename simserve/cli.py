@@ -1,0 +1,42 @@
+"""`simserve` command line. Each sub-command lives next to the code it drives and registers
+itself here through a `register(subparsers)` function; handlers return an exit code."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from simserve.errors import SimserveError
+
+# modules that expose register(subparsers); each adds its own sub-command(s)
+COMMAND_MODULES = (
+    "simserve.experiment.cli",
+    "simserve.workload.cli",
+    "simserve.hardware.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="simserve", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for mod in COMMAND_MODULES:
+        importlib.import_module(mod).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SimserveError as exc:
+        print(f"simserve: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("simserve: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
