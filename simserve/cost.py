@@ -1,0 +1,142 @@
+"""Cost model: the time of one batch (one engine iteration) on a GPU under TP degree t.
+
+    t_iter = host(T, S_seq)
+           + L · [ dense(T) + prefill_attn(W, n_p) + decode_attn(B, ΣC) + 2 · allreduce(T) ]
+           + lm_head(R)
+
+T tokens in the batch, n_p prefill chunks with work W = Σ chunk·(ctx + (chunk+1)/2),
+B decodes with total context ΣC, R rows that sample (decodes + chunks that end a prompt).
+Host cost: per-iteration + per-sequence overhead, and either a CUDA-graph replay (T at or below
+the profile's `graph_max_tokens` when graphs are on) or eager launches, which overlap the GPU
+work layer by layer: a layer takes max(GPU time, kernels × launch time).
+
+Every function is a precomputed table indexed by token count (Python floats), so one
+prediction costs a few microseconds. `decode_only_s` accepts an array of context sums and
+returns the same floats the scalar path would: event leaping relies on that.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simserve.hardware.profile import HardwareProfile
+from simserve.models import DTYPE_BYTES, ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What a scheduler hands the cost model for one iteration."""
+
+    num_tokens: int = 0
+    num_prefills: int = 0
+    prefill_work: float = 0.0      # Σ chunk·(ctx + (chunk+1)/2)
+    num_decodes: int = 0
+    decode_ctx_sum: int = 0        # Σ context of the decodes (tokens already in KV)
+    num_sample_rows: int = 0
+
+
+def prefill_work(chunk: int, ctx: int) -> float:
+    """Causal attention work of a chunk of `chunk` new tokens after `ctx` cached tokens."""
+    return chunk * (ctx + (chunk + 1) / 2.0)
+
+
+class GpuCostModel:
+    def __init__(self, model: ModelSpec, gpu: HardwareProfile, tp: int = 1,
+                 nvlink: HardwareProfile | None = None, cuda_graphs: bool = True,
+                 table_tokens: int = 16384):
+        model.check_tp(tp)
+        if tp > 1 and nvlink is None:
+            raise ValueError("TP > 1 needs an NVLink (or other GPU-GPU) link profile")
+        self.model, self.gpu, self.tp = model, gpu, tp
+        self.num_layers = model.num_layers
+        self.ops = gpu.ops(model.name, tp)
+        oh = gpu.overheads
+        self.iter_us = float(oh.get("iteration_us", 0.0))
+        self.per_seq_us = float(oh.get("per_seq_us", 0.0))
+        self.launch_layer_us = float(oh.get("launch_us_per_kernel", 0.0)) * float(
+            oh.get("kernels_per_layer", 0))
+        self.graph_us = float(oh.get("graph_replay_us", 0.0))
+        self.graph_max = int(oh.get("graph_max_tokens", 0)) if cuda_graphs else 0
+        dec = self.ops.decode_attn
+        self.dec_const, self.dec_seq = dec.const_us, dec.coef("per_seq")
+        self.dec_ctx = dec.coef("per_context_token")
+        self.pre_req_us = self.ops.prefill_attn_per_request_us
+        self._ar = self._allreduce_fn(nvlink)
+        self._build_tables(table_tokens)
+
+    # -- tables -------------------------------------------------------------------------
+    def _allreduce_fn(self, nvlink):
+        if self.tp == 1:
+            return None
+        ln = nvlink.link
+        lat = float(ln.get("collective_latency_us", ln.get("latency_us", 0.0)))
+        busbw = float(ln["allreduce_busbw_gbps"]) * 1e9
+        scale = 2.0 * (self.tp - 1) / self.tp * self.model.hidden * DTYPE_BYTES / busbw * 1e6
+        return lat, scale
+
+    def allreduce_us(self, tokens):
+        if self._ar is None:
+            return 0.0 * np.asarray(tokens, dtype=np.float64)
+        lat, scale = self._ar
+        return lat + scale * np.asarray(tokens, dtype=np.float64)
+
+    def _build_tables(self, n: int) -> None:
+        t = np.arange(n + 1, dtype=np.float64)
+        dense = sum(c(t) for c in self.ops.dense.values()) + 2.0 * self.allreduce_us(t)
+        dense[0] = 0.0
+        lm = np.asarray(self.ops.lm_head(t))
+        lm[0] = 0.0
+        self._dense = dense.tolist()     # per layer, µs, indexed by tokens (incl. all-reduces)
+        self._lm = lm.tolist()           # µs, indexed by sampled rows
+        self._n = n
+
+    def _ensure(self, tokens: int) -> None:
+        if tokens > self._n:
+            self._build_tables(max(tokens, 2 * self._n))
+
+    def dense_layer_us(self, tokens: int) -> float:
+        self._ensure(tokens)
+        return self._dense[tokens]
+
+    # -- predictions --------------------------------------------------------------------
+    def host_us(self, tokens: int, num_seqs: int, gpu_layer_us: float) -> float:
+        """Host-side cost and the launch model; returns the whole-iteration layers' time too."""
+        base = self.iter_us + self.per_seq_us * num_seqs
+        if tokens <= self.graph_max:
+            return base + self.graph_us + self.num_layers * gpu_layer_us
+        return base + self.num_layers * max(gpu_layer_us, self.launch_layer_us)
+
+    def step_s(self, b: BatchShape) -> float:
+        """Duration of one iteration in seconds."""
+        if b.num_prefills == 0:
+            return self.decode_only_s(b.num_decodes, b.decode_ctx_sum)
+        self._ensure(max(b.num_tokens, b.num_sample_rows))
+        layer = self._dense[b.num_tokens]
+        layer += float(self.ops.prefill_attn(b.prefill_work)) + self.pre_req_us * b.num_prefills
+        if b.num_decodes:
+            layer += self.dec_const + self.dec_seq * b.num_decodes + self.dec_ctx * b.decode_ctx_sum
+        us = self.host_us(b.num_tokens, b.num_prefills + b.num_decodes, layer)
+        return (us + self._lm[b.num_sample_rows]) * 1e-6
+
+    def decode_only_s(self, num_decodes: int, ctx_sum):
+        """Decode-only iteration(s): scalar or array of context sums, identical floats."""
+        B = num_decodes
+        if B == 0:
+            return 0.0 * ctx_sum
+        self._ensure(B)
+        fixed = self._dense[B] + self.dec_const + self.dec_seq * B
+        base = self.iter_us + self.per_seq_us * B
+        lm = self._lm[B]
+        layer = fixed + self.dec_ctx * ctx_sum
+        if B <= self.graph_max:
+            us = base + self.graph_us + self.num_layers * layer
+        else:
+            us = base + self.num_layers * np.maximum(layer, self.launch_layer_us)
+        return (us + lm) * 1e-6
+
+    def prefill_only_s(self, prompt_tokens: int) -> float:
+        """One whole prompt alone in a batch (it samples its first token)."""
+        return self.step_s(BatchShape(num_tokens=prompt_tokens, num_prefills=1,
+                                      prefill_work=prefill_work(prompt_tokens, 0),
+                                      num_sample_rows=1))

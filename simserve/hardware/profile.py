@@ -1,0 +1,165 @@
+"""`HardwareProfile`: one device or link read from `hwprofiles/NAME.yaml`.
+
+Schema (`schema: simserve-hwprofile/1`), shared by GPUs, CPUs and links:
+
+    name, kind (gpu | cpu | link)
+    provenance: {type: measured | derived, ...where the numbers came from...}
+    spec:       datasheet numbers with their `sources`
+    overheads:  per-iteration and launch costs (GPU/CPU)
+    ops:        {MODEL: {tpN: op tables}} fitted latency functions per model and TP degree
+    link:       (links) bandwidth per direction, latency, collective parameters
+
+See `docs/hwprofiles.md` for every field.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from simserve.errors import ConfigError, did_you_mean
+from simserve.hardware.functions import Affine, Curve
+
+SCHEMA = "simserve-hwprofile/1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KINDS = ("gpu", "cpu", "link")
+
+
+def profile_dirs() -> list[Path]:
+    """Where profiles are looked up: $SIMSERVE_PROFILE_DIR (os.pathsep-separated), then the
+    repository's `hwprofiles/`."""
+    dirs = [Path(p) for p in os.environ.get("SIMSERVE_PROFILE_DIR", "").split(os.pathsep) if p]
+    dirs.append(REPO_ROOT / "hwprofiles")
+    return dirs
+
+
+def available_profiles() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in reversed(profile_dirs()):  # earlier dirs win
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found[p.stem] = p
+    return found
+
+
+@dataclass(slots=True)
+class ModelOps:
+    """Fitted functions of one model at one TP degree on one device (all per layer, µs)."""
+
+    dense: dict[str, Curve]          # qkv, o, gate_up, down, elementwise: f(tokens)
+    lm_head: Curve                    # f(rows that sample)
+    prefill_attn: Curve               # f(Σ chunk·(ctx + (chunk+1)/2))
+    prefill_attn_per_request_us: float
+    decode_attn: Affine               # const_us + per_seq·B + per_context_token·ΣC
+
+
+@dataclass(slots=True)
+class HardwareProfile:
+    name: str
+    kind: str
+    path: Path
+    provenance: dict
+    spec: dict
+    overheads: dict = field(default_factory=dict)
+    link: dict = field(default_factory=dict)
+    raw_ops: dict = field(default_factory=dict)
+    _ops_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def provenance_type(self) -> str:
+        return self.provenance.get("type", "?")
+
+    def models(self) -> list[str]:
+        return sorted(self.raw_ops)
+
+    def ops(self, model: str, tp: int) -> ModelOps:
+        key = (model, tp)
+        if key not in self._ops_cache:
+            self._ops_cache[key] = self._build_ops(model, tp)
+        return self._ops_cache[key]
+
+    def _build_ops(self, model: str, tp: int) -> ModelOps:
+        where = f"{self.path}: ops"
+        if model not in self.raw_ops:
+            raise ConfigError(
+                f"{where}: no op tables for model {model!r}{did_you_mean(model, self.raw_ops)}; "
+                f"this profile covers: {', '.join(self.models()) or 'none'}"
+            )
+        per_tp = self.raw_ops[model]
+        tkey = f"tp{tp}"
+        if tkey not in per_tp:
+            raise ConfigError(f"{where}.{model}: no tables for TP degree {tp}; has {sorted(per_tp)}")
+        t = per_tp[tkey]
+        where = f"{where}.{model}.{tkey}"
+        try:
+            tokens = t["tokens"]
+            dense = {op: Curve.from_lists(f"{self.name}/{model}/{tkey}/{op}", tokens, t[f"{op}_us"])
+                     for op in ("qkv", "o", "gate_up", "down", "elementwise")}
+            lm = Curve.from_lists(f"{self.name}/{model}/{tkey}/lm_head", tokens, t["lm_head_us"])
+            pa = t["prefill_attn"]
+            pre = Curve.from_lists(f"{self.name}/{model}/{tkey}/prefill_attn", pa["work"], pa["us"])
+            dec = Affine.from_mapping(f"{self.name}/{model}/{tkey}/decode_attn", t["decode_attn"])
+            return ModelOps(dense, lm, pre, float(pa.get("per_request_us", 0.0)), dec)
+        except KeyError as exc:
+            raise ConfigError(f"{where}: missing field {exc.args[0]!r}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_profile(name_or_path: str | Path, expect_kind: str | None = None) -> HardwareProfile:
+    p = Path(name_or_path)
+    if not (p.suffix in (".yaml", ".yml") and p.exists()):
+        known = available_profiles()
+        if str(name_or_path) not in known:
+            names = sorted(n for n, q in known.items()
+                           if expect_kind is None or _peek_kind(q) == expect_kind)
+            what = f"{expect_kind} profile" if expect_kind else "hardware profile"
+            raise ConfigError(
+                f"unknown {what} {str(name_or_path)!r}{did_you_mean(name_or_path, names)}; "
+                f"known: {', '.join(names)} (searched {', '.join(map(str, profile_dirs()))})"
+            )
+        p = known[str(name_or_path)]
+    return _parse(p, expect_kind)
+
+
+def _peek_kind(p: Path) -> str | None:
+    try:
+        with open(p) as f:
+            for line in f:
+                if line.startswith("kind:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _parse(p: Path, expect_kind: str | None) -> HardwareProfile:
+    try:
+        with open(p) as f:
+            d = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    if d.get("schema") != SCHEMA:
+        raise ConfigError(f"{p}: schema: expected {SCHEMA!r}, got {d.get('schema')!r}")
+    allowed = {"schema", "name", "kind", "provenance", "spec", "overheads", "link", "ops"}
+    for k in d:
+        if k not in allowed:
+            raise ConfigError(f"{p}: unknown key {k!r}{did_you_mean(k, allowed)}")
+    for k in ("name", "kind", "provenance", "spec"):
+        if k not in d:
+            raise ConfigError(f"{p}: missing required key {k!r}")
+    kind = d["kind"]
+    if kind not in KINDS:
+        raise ConfigError(f"{p}: kind: expected one of {KINDS}, got {kind!r}")
+    if expect_kind and kind != expect_kind:
+        raise ConfigError(f"{p}: profile {d['name']!r} is a {kind}, expected a {expect_kind}")
+    prov = d["provenance"]
+    if not isinstance(prov, dict) or prov.get("type") not in ("measured", "derived"):
+        raise ConfigError(f"{p}: provenance.type: expected 'measured' or 'derived'")
+    return HardwareProfile(name=d["name"], kind=kind, path=p, provenance=prov, spec=d["spec"],
+                           overheads=d.get("overheads") or {}, link=d.get("link") or {},
+                           raw_ops=d.get("ops") or {})

@@ -1,0 +1,259 @@
+"""Serving metrics from `RequestRecords`: per-request frame, vllm-style summary, rate curves.
+
+Definitions, symbols and the papers' conventions are in `docs/metrics.md`. Everything is
+vectorised over the flattened token array; nothing here loops over requests or tokens.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simserve.sim.records import RequestRecords
+
+PERCENTILES = (50, 90, 99)
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """Per-token deadlines (ConfluxServe): token k of request i is due at a_i + ttft + (k-1)·tbt."""
+
+    ttft_ms: float
+    tbt_ms: float
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "tbt_ms"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"SLO.{name}: expected a positive number of milliseconds, got {v!r}")
+
+
+# --------------------------------------------------------------------------- per request
+
+
+def _check(rec: RequestRecords) -> None:
+    n = len(rec.arrival_s)
+    for name in ("prompt_tokens", "output_tokens", "first_token_s", "finish_s", "num_preemptions"):
+        if len(getattr(rec, name)) != n:
+            raise ValueError(f"RequestRecords.{name}: expected {n} entries, got {len(getattr(rec, name))}")
+    off = np.asarray(rec.token_offsets)
+    if len(off) != n + 1 or off[0] != 0 or off[-1] != len(rec.token_times_s):
+        raise ValueError("RequestRecords.token_offsets: expected n+1 offsets from 0 to len(token_times_s)")
+    out = np.asarray(rec.output_tokens)
+    if n and out.min() < 1:
+        raise ValueError(f"RequestRecords.output_tokens: request {int(np.argmin(out))} has fewer than 1 token")
+    if not np.array_equal(np.diff(off), out):
+        raise ValueError("RequestRecords.token_offsets: differences must equal output_tokens")
+
+
+def _derive(rec: RequestRecords) -> dict[str, np.ndarray]:
+    """Per-request latencies (s) and the pooled ITL gaps of finished requests."""
+    _check(rec)
+    a = np.asarray(rec.arrival_s, dtype=np.float64)
+    first = np.asarray(rec.first_token_s, dtype=np.float64)
+    fin = np.asarray(rec.finish_s, dtype=np.float64)
+    n_out = np.asarray(rec.output_tokens, dtype=np.int64)
+    off = np.asarray(rec.token_offsets, dtype=np.int64)
+    t = np.asarray(rec.token_times_s, dtype=np.float64)
+    n = len(a)
+    finished = np.isfinite(fin)
+    nan = np.full(n, np.nan)
+
+    ttft = first - a  # defined as soon as the first token arrived, even if unfinished
+    e2el = np.where(finished, fin - a, np.nan)
+    multi = finished & (n_out > 1)
+    denom = np.maximum(n_out - 1, 1)
+    tpot = np.where(multi, (e2el - ttft) / denom, np.nan)
+
+    mean_itl, max_itl = nan.copy(), nan.copy()
+    if n:
+        # Mean of the gaps telescopes to (last - first) / (n - 1), read from the token array.
+        span = t[off[1:] - 1] - t[off[:-1]]
+        mean_itl = np.where(multi, span / denom, np.nan)
+    # Gaps inside one request: drop the n-1 gaps that straddle two requests.
+    req = np.repeat(np.arange(n), n_out)
+    within = req[1:] == req[:-1]
+    gaps = np.diff(t)[within]
+    gap_req = req[1:][within]
+    # reduceat segments must tile the gap array, so reduce every request that has gaps, then mask.
+    idx = np.flatnonzero(n_out > 1)
+    if idx.size:
+        gap_start = np.cumsum(n_out - 1) - (n_out - 1)  # where each request's gaps begin
+        max_itl[idx] = np.maximum.reduceat(gaps, gap_start[idx])
+        max_itl[~multi] = np.nan
+    return {
+        "finished": finished,
+        "ttft": ttft,
+        "e2el": e2el,
+        "tpot": tpot,
+        "mean_itl": mean_itl,
+        "max_itl": max_itl,
+        "normalized": e2el / n_out,
+        "itl": gaps[finished[gap_req]],
+    }
+
+
+def _slo_met(rec: RequestRecords, slo: SLO, finished: np.ndarray) -> np.ndarray:
+    """True where every token k (1-based) arrived by a + TTFT_SLO + (k-1)·TBT_SLO; unfinished never."""
+    n = len(rec.arrival_s)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    n_out = np.asarray(rec.output_tokens, dtype=np.int64)
+    off = np.asarray(rec.token_offsets, dtype=np.int64)
+    t = np.asarray(rec.token_times_s, dtype=np.float64)
+    k0 = np.arange(len(t)) - np.repeat(off[:-1], n_out)  # k - 1
+    base = np.asarray(rec.arrival_s, dtype=np.float64) + slo.ttft_ms / 1e3
+    # Same order of operations everywhere, so a larger SLO never makes a deadline earlier.
+    on_time = t <= np.repeat(base, n_out) + k0 * (slo.tbt_ms / 1e3)  # NaN (missing) -> False
+    return np.logical_and.reduceat(on_time, off[:-1]) & finished
+
+
+def request_frame(records: RequestRecords, slo: SLO | None = None) -> pd.DataFrame:
+    """One row per request (seconds). ttft_s is filled once the first token arrived; the other
+    latencies are NaN for unfinished requests; slo_met appears only when `slo` is given."""
+    d = _derive(records)
+    n = len(records.arrival_s)
+    frame = pd.DataFrame({
+        "request_id": np.arange(n, dtype=np.int64),
+        "arrival_s": np.asarray(records.arrival_s, dtype=np.float64),
+        "prompt_tokens": np.asarray(records.prompt_tokens, dtype=np.int64),
+        "output_tokens": np.asarray(records.output_tokens, dtype=np.int64),
+        "first_token_s": np.asarray(records.first_token_s, dtype=np.float64),
+        "finish_s": np.asarray(records.finish_s, dtype=np.float64),
+        "ttft_s": d["ttft"],
+        "e2el_s": d["e2el"],
+        "tpot_s": d["tpot"],
+        "mean_itl_s": d["mean_itl"],
+        "max_itl_s": d["max_itl"],
+        "normalized_latency_s": d["normalized"],
+        "num_preemptions": np.asarray(records.num_preemptions, dtype=np.int64),
+    })
+    if slo is not None:
+        frame["slo_met"] = _slo_met(records, slo, d["finished"])
+    return frame
+
+
+def itl_gaps_s(records: RequestRecords) -> np.ndarray:
+    """Every gap between consecutive tokens of every finished request, pooled (seconds)."""
+    return _derive(records)["itl"]
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _stats(name: str, seconds: np.ndarray) -> dict[str, float]:
+    x = seconds * 1e3
+    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
+        f"p{p}_{name}_ms" for p in PERCENTILES]
+    if x.size == 0:
+        return dict.fromkeys(keys, math.nan)
+    vals = [np.mean(x), np.median(x), np.std(x), *np.percentile(x, PERCENTILES)]
+    return {k: float(v) for k, v in zip(keys, vals)}
+
+
+def summarize(records: RequestRecords, slo: SLO | None = None) -> dict[str, float]:
+    """Run-level metrics named as `vllm bench serve` names them, over finished requests.
+
+    duration runs from the first arrival (of any request) to the last finish; empty sets give
+    NaN. With an SLO, slo_attainment is over *all* requests and request_goodput is compliant
+    requests per second of duration.
+    """
+    d = _derive(records)
+    fin = d["finished"]
+    n = len(fin)
+    completed = int(fin.sum())
+    duration = math.nan
+    if completed:
+        duration = float(np.max(np.asarray(records.finish_s)[fin]) - np.min(records.arrival_s))
+
+    def per_s(x: float) -> float:
+        return float(x / duration) if duration > 0 else math.nan
+
+    n_in = int(np.asarray(records.prompt_tokens, dtype=np.int64)[fin].sum())
+    n_out = int(np.asarray(records.output_tokens, dtype=np.int64)[fin].sum())
+    out: dict[str, float] = {
+        "completed": completed,
+        "duration": duration,
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": per_s(completed),
+        "output_throughput": per_s(n_out),
+        "total_token_throughput": per_s(n_in + n_out),
+    }
+    for name in LATENCY_METRICS:
+        vals = d[name] if name == "itl" else d[name][np.isfinite(d[name]) & fin]
+        out.update(_stats(name, vals))
+    norm = d["normalized"][fin]
+    out["mean_normalized_latency_s"] = float(np.mean(norm)) if norm.size else math.nan
+    out["num_unfinished"] = n - completed
+    if slo is not None:
+        met = int(_slo_met(records, slo, fin).sum())
+        out["slo_attainment"] = met / n if n else math.nan
+        out["request_goodput"] = per_s(met)
+    return out
+
+
+# --------------------------------------------------------------------------- rate curves
+
+
+def _curve(rates, values) -> tuple[np.ndarray, np.ndarray]:
+    r = np.asarray(rates, dtype=np.float64).ravel()
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if r.size == 0 or r.size != v.size:
+        raise ValueError(f"rates and values: expected equal, non-zero lengths, got {r.size} and {v.size}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rates: expected finite numbers")
+    order = np.argsort(r, kind="stable")
+    r, v = r[order], v[order]
+    if np.any(np.diff(r) == 0):
+        raise ValueError(f"rates: duplicate rate {float(r[np.flatnonzero(np.diff(r) == 0)[0]])}")
+    return r, v
+
+
+def _between(r: np.ndarray, v: np.ndarray, j: int, target: float) -> tuple[float, bool]:
+    """Crossing of `target` between point j (passing) and j+1 (failing); a NaN neighbour cannot
+    be interpolated, so the passing rate is returned as a censored lower bound."""
+    if not math.isfinite(v[j + 1]):
+        return float(r[j]), True
+    return float(r[j] + (target - v[j]) * (r[j + 1] - r[j]) / (v[j + 1] - v[j])), False
+
+
+def sustainable_rate(rates, values, target: float) -> tuple[float, bool]:
+    """First rate where a rising curve (latency vs rate) crosses `target` (DualPace §6.1).
+
+    Points are sorted by rate; a value <= target passes, NaN fails. Linear interpolation between
+    the last passing point before the first failure and that failure; never extrapolates:
+    - the lowest rate already fails -> (nan, True), censored low;
+    - no point fails -> (highest rate, True), censored high (a lower bound).
+    """
+    r, v = _curve(rates, values)
+    fail = ~(v <= target)
+    if not fail.any():
+        return float(r[-1]), True
+    j = int(np.argmax(fail))
+    if j == 0:
+        return math.nan, True
+    return _between(r, v, j - 1, target)
+
+
+def max_rate_meeting(rates, attainment, threshold: float = 0.95) -> tuple[float, bool]:
+    """Highest rate with attainment >= threshold (ConfluxServe goodput at 95%).
+
+    Interpolates between the last passing point and the next (failing) one; if the curve dips
+    and recovers, the later passing point wins. Censoring as in `sustainable_rate`: no point
+    passes -> (nan, True); the highest rate passes -> (highest rate, True).
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold: expected a fraction in (0, 1], got {threshold!r}")
+    r, v = _curve(rates, attainment)
+    ok = np.flatnonzero(v >= threshold)
+    if ok.size == 0:
+        return math.nan, True
+    p = int(ok[-1])
+    if p == len(r) - 1:
+        return float(r[-1]), True
+    return _between(r, -v, p, -threshold)  # attainment falls with rate: mirror it

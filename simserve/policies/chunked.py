@@ -1,0 +1,306 @@
+"""Chunked-prefill engines on one GPU (or one TP group): `vllm` (V1 scheduler) and `sarathi`.
+
+vLLM V1 (policies.md §2): running requests first, in admission order, each given the tokens
+that catch it up (1 for a decode, the rest of a prompt for a partial prefill) within the token
+budget; a request whose blocks do not fit preempts the newest running request (recompute: all
+its KV freed, back to the front of the waiting queue); then, only if nothing was preempted,
+waiting requests FCFS while the budget, `max_num_seqs` and the KV pool allow (head-of-line
+blocking). KV is allocated incrementally, block by block.
+
+Sarathi-Serve (§3): decodes first (a decode that cannot grow preempts the tail of the running
+list), then partial prefills, then new prompts FCFS, each admitted only if the KV of its whole
+prompt can be reserved at once.
+
+Between interesting events (an arrival, a request finishing, a KV shortfall) a decode-only
+engine repeats one step with contexts one longer; `_leap` advances k such steps at once with
+results identical to stepping (tests check this), which is where the speed comes from.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from simserve.cost import BatchShape, GpuCostModel
+from simserve.errors import ConfigError
+from simserve.policies import register
+from simserve.sim.context import SimContext
+from simserve.sim.kv import BlockPool
+from simserve.sim.memory import gpu_kv_budget
+
+LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
+
+# vLLM defaults by version (notes/hardware-and-models.md §5; vllm/engine/arg_utils.py):
+# API-server token budget 8192 / 1024 seqs on >= 70 GiB GPUs that are not A100, else 2048 / 256;
+# gpu_memory_utilization 0.90 up to v0.20, 0.92 from v0.21, when CUDA-graph memory is counted too.
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in str(v).lstrip("v").split(".")[:3])
+    except ValueError:
+        raise ValueError(f"vllm_version: expected a version like '0.22.1', got {v!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedConfig:
+    """Parameters of `vllm` and `sarathi`. None means "the default of `vllm_version` on this
+    GPU" (resolved in `resolve`). DualPace's baseline is vLLM 0.22.1, ConfluxServe's 0.15.1."""
+
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int = 16
+    tp: int = 1
+    cuda_graphs: bool = True
+    vllm_version: str = "0.22.1"
+    activation_reserve_gib: float | None = None
+    num_gpu_blocks_override: int | None = None
+    leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
+
+    def validate(self) -> None:
+        _version_tuple(self.vllm_version)
+        for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        for name in ("block_size", "tp"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        u = self.gpu_memory_utilization
+        if u is not None and not (0 < u <= 1):
+            raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
+
+    def resolve(self, gpu_memory_gib: float, gpu_name: str) -> dict:
+        big = gpu_memory_gib >= 70 and "a100" not in gpu_name
+        ver = _version_tuple(self.vllm_version)
+        return {
+            "max_num_batched_tokens": self.max_num_batched_tokens or (8192 if big else 2048),
+            "max_num_seqs": self.max_num_seqs or (1024 if big else 256),
+            "gpu_memory_utilization": self.gpu_memory_utilization
+            or (0.92 if ver >= (0, 21) else 0.90),
+            "graphs_counted": ver >= (0, 21),
+        }
+
+
+class ChunkedEngine:
+    """One engine over a TP group. Subclasses implement `_schedule_running` / `_admit`."""
+
+    kind = "vllm"
+
+    def __init__(self, ctx: SimContext, cfg: ChunkedConfig, index: int, gpus: list[int]):
+        self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
+        hw = ctx.hardware
+        r = cfg.resolve(float(hw.gpu.spec["memory_gib"]), hw.gpu.name)
+        self.budget = r["max_num_batched_tokens"]
+        self.max_seqs = r["max_num_seqs"]
+        kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, cfg.tp, r["gpu_memory_utilization"],
+                           cfg.block_size, self.budget, self.max_seqs,
+                           activation_reserve_gib=cfg.activation_reserve_gib,
+                           cuda_graphs=cfg.cuda_graphs, graphs_counted=r["graphs_counted"])
+        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+        if blocks < 1:
+            raise ConfigError(f"policy {self.kind}: no memory left for KV on {hw.gpu.name} at TP"
+                              f"{cfg.tp} ({kv.summary()}); use a larger TP degree or GPU")
+        self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
+        self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
+        self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
+                                 table_tokens=max(self.budget, self.max_seqs))
+        self.running: list[int] = []
+        self.waiting: deque[int] = deque()
+        self.clock = 0.0
+        self._wake = None
+        self.num_preemptions = 0
+
+    # -- queue interface used by the router ---------------------------------------------
+    def load(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def enqueue(self, rid: int) -> None:
+        self.waiting.append(rid)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # -- KV helpers -----------------------------------------------------------------------
+    def _blocks_needed(self, rid: int, tokens: int) -> int:
+        t = self.ctx.table
+        return max(0, -(-tokens // self.pool.block_size) - int(t.blocks[rid]))
+
+    def _grow(self, rid: int, nb: int) -> None:
+        self.pool.allocate(nb)
+        self.ctx.table.blocks[rid] += nb
+
+    def _preempt(self, rid: int) -> None:
+        t = self.ctx.table
+        self.pool.free(int(t.blocks[rid]))
+        t.blocks[rid] = 0
+        t.computed[rid] = 0
+        t.preemptions[rid] += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(rid)
+
+    # -- the engine process ---------------------------------------------------------------
+    def run(self):
+        env, rec = self.ctx.env, self.ctx.recorder
+        while True:
+            if not self.running and not self.waiting:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                self.clock = max(self.clock, env.now)
+                continue
+            if self.cfg.leap and self._leap_ok():
+                k = self._leap()
+                if k:
+                    yield env.timeout(max(0.0, self.clock - env.now))
+                    continue
+            ids, n = self._schedule()
+            if len(ids) == 0:
+                raise RuntimeError(f"engine {self.index}: nothing schedulable with "
+                                   f"{len(self.waiting)} waiting; KV pool too small?")
+            shape, sample = self._shape(ids, n)
+            self.clock += self.cost.step_s(shape)
+            rec.num_iterations += 1
+            rec.num_steps_scheduled += 1
+            yield env.timeout(max(0.0, self.clock - env.now))
+            self._apply(ids, n, sample)
+
+    def _schedule(self) -> tuple[np.ndarray, np.ndarray]:
+        ids, n, preempted = self._schedule_running()
+        if not preempted:
+            ids, n = self._admit(ids, n)
+        return ids, n
+
+    def _shape(self, ids: np.ndarray, n: np.ndarray) -> tuple[BatchShape, np.ndarray]:
+        t = self.ctx.table
+        c = t.computed[ids]
+        ntok = t.num_tokens[ids]
+        dec = (n == 1) & (c == ntok - 1) & (t.generated[ids] > 0)
+        pre = ~dec
+        npre = n[pre].astype(np.float64)
+        sample = (c + n) == ntok
+        shape = BatchShape(
+            num_tokens=int(n.sum()), num_prefills=int(pre.sum()),
+            prefill_work=float((npre * (c[pre] + (npre + 1.0) / 2.0)).sum()),
+            num_decodes=int(dec.sum()), decode_ctx_sum=int((c[dec] + 1).sum()),
+            num_sample_rows=int(sample.sum()))
+        return shape, sample
+
+    def _apply(self, ids: np.ndarray, n: np.ndarray, sample: np.ndarray) -> None:
+        t = self.ctx.table
+        t.computed[ids] += n
+        done = t.emit(ids[sample], self.clock)
+        if len(done):
+            self._finish(done)
+        self._sample()
+
+    def _finish(self, done: np.ndarray) -> None:
+        t = self.ctx.table
+        self.pool.free(int(t.blocks[done].sum()))
+        t.blocks[done] = 0
+        gone = set(done.tolist())
+        self.running = [r for r in self.running if r not in gone]
+
+    def _sample(self) -> None:
+        t = self.ctx.table
+        self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
+                                 self.pool.num_used, t.num_emitted)
+
+    # -- event leaping --------------------------------------------------------------------
+    def _leap_ok(self) -> bool:
+        if not self.running or len(self.running) > self.budget:
+            return False
+        t = self.ctx.table
+        ids = np.asarray(self.running)
+        if np.any(t.computed[ids] != t.num_tokens[ids] - 1) or np.any(t.generated[ids] == 0):
+            return False  # a prefill (or recompute) is in flight
+        if not self.waiting:
+            return True
+        # the head must stay blocked for the whole leap: free blocks only shrink while decoding
+        nb0 = int(np.maximum(0, -(-(t.computed[ids] + 1) // self.pool.block_size) - t.blocks[ids]).sum())
+        return not self._head_admissible(len(ids), self.pool.num_free - nb0)
+
+    def _leap(self) -> int:
+        t, bs = self.ctx.table, self.pool.block_size
+        ids = np.asarray(self.running)
+        B = len(ids)
+        c = t.computed[ids]
+        held = t.blocks[ids]
+        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
+
+        def new_blocks(k: int) -> int:
+            return int(np.maximum(0, -(-(c + k) // bs) - held).sum())
+
+        free = self.pool.num_free
+        if new_blocks(kmax) > free:
+            lo, hi = 0, kmax  # largest k with new_blocks(k) <= free
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if new_blocks(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            kmax = lo
+        if kmax < 2:
+            return 0
+        S = int((c + 1).sum()) + B * np.arange(kmax, dtype=np.int64)
+        d = self.cost.decode_only_s(B, S)
+        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
+        # steps after the first must start before the next arrival could be seen
+        k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        if k < 2:
+            return 0
+        self.pool.allocate(new_blocks(k))
+        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
+        t.computed[ids] += k
+        t.emit_many(ids, ends[:k - 1])
+        self.clock = float(ends[k - 1])
+        done = t.emit(ids, self.clock)
+        if len(done):
+            self._finish(done)
+        rec = self.ctx.recorder
+        rec.num_iterations += k
+        self._sample()
+        return k
+
+    # -- policy-specific parts ------------------------------------------------------------
+    def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
+        raise NotImplementedError
+
+    def _schedule_running(self):
+        raise NotImplementedError
+
+    def _admit(self, ids, n):
+        raise NotImplementedError
+
+
+def build_replicas(ctx: SimContext, cfg: ChunkedConfig, engine_cls) -> callable:
+    """num_gpus / tp engine replicas; arrivals go to the replica with the fewest requests
+    (running + waiting), the lowest index on ties."""
+    G, tp = ctx.hardware.num_gpus, cfg.tp
+    if G % tp:
+        raise ConfigError(f"policy {engine_cls.kind}: tp={tp} does not divide num_gpus={G}")
+    engines = [engine_cls(ctx, cfg, i, list(range(i * tp, (i + 1) * tp))) for i in range(G // tp)]
+    t = ctx.table
+    if t.n:
+        need = int((t.prompt + t.output).max())
+        cap = engines[0].pool.capacity_tokens
+        if need > cap:
+            num = int(((t.prompt + t.output) > cap).sum())
+            raise ConfigError(
+                f"policy {engine_cls.kind}: {num} request(s) need up to {need} tokens of KV but one "
+                f"replica holds {cap} ({engines[0].kv_summary['kv_gib_per_rank']:.2f} GiB per rank);"
+                " cap the workload's context, raise gpu_memory_utilization or the TP degree")
+    for e in engines:
+        ctx.env.process(e.run())
+    ctx.stats["engines"] = [dict(e.kv_summary, gpus=e.gpus) for e in engines]
+    ctx.stats["_engines"] = engines
+
+    if len(engines) == 1:
+        return engines[0].enqueue
+
+    def on_arrival(rid: int) -> None:
+        min(engines, key=ChunkedEngine.load).enqueue(rid)
+    return on_arrival

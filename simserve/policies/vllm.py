@@ -1,0 +1,94 @@
+"""Policy `vllm`: the vLLM V1 scheduler with chunked prefill (see `chunked.py` for the loop)."""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.policies import register
+from simserve.policies.chunked import ChunkedConfig, ChunkedEngine, build_replicas
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class VllmEngine(ChunkedEngine):
+    kind = "vllm"
+
+    def _schedule_running(self):
+        if not self.running:
+            return _EMPTY, _EMPTY, False
+        t, bs = self.ctx.table, self.pool.block_size
+        ids = np.asarray(self.running, dtype=np.int64)
+        need = t.num_tokens[ids] - t.computed[ids]
+        n = np.clip(self.budget - (np.cumsum(need) - need), 0, need)
+        nb = np.where(n > 0, np.maximum(0, -(-(t.computed[ids] + n) // bs) - t.blocks[ids]), 0)
+        total = int(nb.sum())
+        if total <= self.pool.num_free:  # common case: everyone fits, nobody is preempted
+            keep = n > 0
+            self.pool.allocate(total)
+            t.blocks[ids] += nb
+            return ids[keep], n[keep], False
+        return self._schedule_running_slow()
+
+    def _schedule_running_slow(self):
+        """The reference loop: newest running requests are preempted until the next fits."""
+        t = self.ctx.table
+        run = self.running
+        budget = self.budget
+        out_ids, out_n = [], []
+        preempted = False
+        i = 0
+        while i < len(run) and budget > 0:
+            r = run[i]
+            n = min(int(t.num_tokens[r] - t.computed[r]), budget)
+            while True:
+                nb = self._blocks_needed(r, int(t.computed[r]) + n)
+                if self.pool.can_allocate(nb):
+                    self._grow(r, nb)
+                    break
+                victim = run.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim == r:
+                    r = None
+                    break
+            if r is None:
+                break
+            out_ids.append(r)
+            out_n.append(n)
+            budget -= n
+            i += 1
+        return (np.asarray(out_ids, dtype=np.int64), np.asarray(out_n, dtype=np.int64), preempted)
+
+    def _admit(self, ids, n):
+        t = self.ctx.table
+        left = self.budget - int(n.sum())
+        new_ids, new_n = [], []
+        while self.waiting and left > 0 and len(self.running) < self.max_seqs:
+            r = self.waiting[0]
+            k = min(int(t.num_tokens[r] - t.computed[r]), left)
+            nb = self._blocks_needed(r, int(t.computed[r]) + k)
+            if not self.pool.can_allocate(nb):
+                break  # strict FCFS: head-of-line blocking
+            self._grow(r, nb)
+            self.waiting.popleft()
+            self.running.append(r)
+            new_ids.append(r)
+            new_n.append(k)
+            left -= k
+        if not new_ids:
+            return ids, n
+        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
+                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+
+    def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
+        left = self.budget - num_running
+        if left <= 0 or num_running >= self.max_seqs:
+            return False
+        t = self.ctx.table
+        r = self.waiting[0]
+        k = min(int(t.num_tokens[r] - t.computed[r]), left)
+        return self._blocks_needed(r, int(t.computed[r]) + k) <= free_blocks
+
+
+@register("vllm", ChunkedConfig)
+def build(ctx, cfg: ChunkedConfig):
+    return build_replicas(ctx, cfg, VllmEngine)
