@@ -1,0 +1,108 @@
+"""`build_workload`: one call from a trace or synthetic name to the requests a run replays.
+
+Order: load -> first N (from `start`) -> arrivals -> cap at max context. Parsed trace files
+are cached per process, keyed by (path, mtime, size), so a sweep over rates parses each file
+once; the cached arrays are read-only and every transform returns new arrays.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from simserve.errors import ConfigError, did_you_mean
+from simserve.workload.manifest import load_manifest, resolve_trace
+from simserve.workload.readers import read_trace
+from simserve.workload.spec import Workload
+from simserve.workload.synthetic import SYNTHETIC, check_count, check_positive
+from simserve.workload.transform import (cap_context, first_n, normalize_exponential,
+                                         normalize_gamma, scale_gaps, trace_arrivals)
+
+ARRIVALS = ("poisson", "gamma", "scale", "trace")
+SYNTHETIC_ARRIVALS = ("poisson", "gamma")
+_CACHE_MAX = 8
+_cache: OrderedDict[tuple[str, int, int], Workload] = OrderedDict()
+
+
+def load_trace(path: str | Path) -> Workload:
+    """`read_trace` with a small per-process cache keyed by (path, mtime, size)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    w = read_trace(path)
+    for arr in (w.arrival_s, w.prompt_tokens, w.output_tokens):
+        arr.flags.writeable = False
+    _cache[key] = w
+    while len(_cache) > _CACHE_MAX:
+        _cache.popitem(last=False)
+    return w
+
+
+def clear_trace_cache() -> None:
+    _cache.clear()
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed: expected an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
+def _load(trace: str, num_requests: int | None, seed: int, start: int) -> Workload:
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
+        raise ConfigError(f"start: expected an integer >= 0, got {start!r}")
+    if trace in SYNTHETIC:
+        if num_requests is None:
+            raise ConfigError(f"num_requests: required for the synthetic workload {trace!r}")
+        n = check_count(num_requests)
+        w = SYNTHETIC[trace].generate(start + n, seed)
+        return first_n(w, n, start) if start else w
+    path = resolve_trace(trace, also_known=SYNTHETIC)
+    w = load_trace(path)
+    name = trace if trace in load_manifest() else path.stem
+    w = dataclasses.replace(w, name=name)
+    if start >= w.num_requests:
+        raise ConfigError(f"start: {start} is past the end of {name} ({w.num_requests} requests)")
+    n = w.num_requests - start if num_requests is None else num_requests
+    return first_n(w, n, start)
+
+
+def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: float | None,
+                   seed: int, burstiness_cv: float = 1.0, max_context: int | None = None,
+                   start: int = 0) -> Workload:
+    """Requests for one run.
+
+    trace: a built-in synthetic name (`SYNTHETIC`), a manifest name, or a file path.
+    arrival: `poisson` (exponential gaps, exact mean rate, fixed by seed), `gamma` (gamma gaps
+    with burstiness_cv, exact mean rate), `scale` (the trace's own gaps scaled to `rate`) or
+    `trace` (the trace's timestamps from t = 0; rate ignored). Synthetic workloads have no
+    timestamps, so only poisson and gamma apply to them.
+    """
+    if arrival not in ARRIVALS:
+        raise ConfigError(f"arrival: expected one of {', '.join(ARRIVALS)}, got {arrival!r}"
+                          f"{did_you_mean(arrival, ARRIVALS)}")
+    if trace in SYNTHETIC and arrival not in SYNTHETIC_ARRIVALS:
+        raise ConfigError(f"arrival: {arrival!r} replays a trace's own timestamps, but "
+                          f"{trace!r} is synthetic; use one of {', '.join(SYNTHETIC_ARRIVALS)}")
+    seed = _check_seed(seed)
+    if arrival != "trace":
+        if rate is None:
+            raise ConfigError(f"rate: required for arrival {arrival!r}")
+        rate = check_positive(rate, "rate")
+    w = _load(trace, num_requests, seed, start)
+    if arrival == "poisson":
+        w = normalize_exponential(w, rate, seed)
+    elif arrival == "gamma":
+        w = normalize_gamma(w, rate, burstiness_cv, seed)
+    elif arrival == "scale":
+        w = scale_gaps(w, rate)
+    else:
+        w = trace_arrivals(w)
+    if max_context is not None:
+        w = cap_context(w, max_context)
+    return w

@@ -1,0 +1,102 @@
+"""Workload transforms: first-N, arrival normalisation, gap scaling, context caps.
+
+Each returns a new Workload; inputs are never modified.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from simserve.errors import ConfigError
+from simserve.workload.spec import Workload
+from simserve.workload.synthetic import (arrival_rng, check_count, check_positive,
+                                         gamma_arrivals)
+
+
+def _with_arrivals(w: Workload, arrival_s: np.ndarray, **meta) -> Workload:
+    return dataclasses.replace(w, arrival_s=np.asarray(arrival_s, dtype=np.float64),
+                               meta={**w.meta, **meta})
+
+
+def first_n(w: Workload, n: int, start: int = 0) -> Workload:
+    """Requests start .. start+n-1 in file order (arrival times unchanged)."""
+    n = check_count(n, "num_requests")
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
+        raise ConfigError(f"start: expected an integer >= 0, got {start!r}")
+    if start + n > w.num_requests:
+        raise ConfigError(f"{w.name}: asked for requests {start}..{start + n - 1} but it has "
+                          f"only {w.num_requests}")
+    sl = slice(start, start + n)
+    return dataclasses.replace(w, arrival_s=w.arrival_s[sl].copy(),
+                               prompt_tokens=w.prompt_tokens[sl].copy(),
+                               output_tokens=w.output_tokens[sl].copy(),
+                               meta={**w.meta, "start": int(start)})
+
+
+def _nonempty(w: Workload) -> int:
+    if w.num_requests < 1:
+        raise ConfigError(f"{w.name}: the workload has no requests")
+    return w.num_requests
+
+
+def _exact_rate(gaps: np.ndarray, rate: float) -> np.ndarray:
+    """Rescale gaps so their mean is exactly 1/rate; arrivals start at t = 0."""
+    if gaps.size == 0:
+        return np.zeros(1)
+    total = gaps.sum()
+    if total <= 0:
+        raise ConfigError("all arrivals are simultaneous: cannot rescale to a rate")
+    return np.concatenate(([0.0], np.cumsum(gaps * (gaps.size / (total * rate)))))
+
+
+def normalize_exponential(w: Workload, rate: float, seed: int) -> Workload:
+    """Replace arrivals by exponential gaps drawn from `arrival_rng(seed)`, rescaled so the
+    mean gap is exactly 1/rate (DualPace §6.1). The draws depend on the seed only: another
+    rate rescales the same gaps."""
+    rate = check_positive(rate, "rate")
+    gaps = arrival_rng(seed).standard_exponential(_nonempty(w) - 1)
+    return _with_arrivals(w, _exact_rate(gaps, rate), arrival="poisson", rate=rate,
+                          seed=int(seed))
+
+
+def normalize_gamma(w: Workload, rate: float, cv: float, seed: int) -> Workload:
+    """Like `normalize_exponential` with gamma gaps of coefficient of variation cv."""
+    rate = check_positive(rate, "rate")
+    gaps = np.diff(gamma_arrivals(_nonempty(w), 1.0, cv, arrival_rng(seed)))
+    return _with_arrivals(w, _exact_rate(gaps, rate), arrival="gamma", rate=rate,
+                          burstiness_cv=float(cv), seed=int(seed))
+
+
+def scale_gaps(w: Workload, rate: float) -> Workload:
+    """Keep the trace's own gaps, scaled uniformly so (n-1)/(last-first) == rate
+    (ConfluxServe §8.1). First arrival at t = 0."""
+    rate = check_positive(rate, "rate")
+    if w.num_requests < 2:
+        return _with_arrivals(w, np.zeros(w.num_requests), arrival="scale", rate=rate)
+    rel = w.arrival_s - w.arrival_s[0]
+    if rel[-1] <= 0:
+        raise ConfigError(f"{w.name}: all {w.num_requests} arrivals are simultaneous, "
+                          "so its gaps cannot be scaled to a rate; use arrival 'poisson'")
+    factor = (w.num_requests - 1) / (rel[-1] * rate)
+    return _with_arrivals(w, rel * factor, arrival="scale", rate=rate)
+
+
+def trace_arrivals(w: Workload) -> Workload:
+    """The trace's own timestamps, shifted so the first arrival is at t = 0."""
+    rel = w.arrival_s - w.arrival_s[0] if w.num_requests else w.arrival_s
+    return _with_arrivals(w, rel, arrival="trace")
+
+
+def cap_context(w: Workload, max_context: int) -> Workload:
+    """Make prompt + output <= max_context: cap the prompt at max_context - 1, then the output
+    at max_context - prompt. `num_capped` counts the requests this changed."""
+    if isinstance(max_context, bool) or not isinstance(max_context, (int, np.integer)) \
+            or max_context < 2:
+        raise ConfigError(f"max_context: expected an integer >= 2, got {max_context!r}")
+    prompt = np.minimum(w.prompt_tokens, max_context - 1)
+    output = np.minimum(w.output_tokens, max_context - prompt)
+    changed = (prompt != w.prompt_tokens) | (output != w.output_tokens)
+    return dataclasses.replace(w, prompt_tokens=prompt, output_tokens=output,
+                               num_capped=int(changed.sum()),
+                               meta={**w.meta, "max_context": int(max_context)})
