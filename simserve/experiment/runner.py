@@ -37,6 +37,9 @@ class PointResult:
     requests: pd.DataFrame  # one row per request
     stats: dict             # simulator statistics (wall time, iterations, KV sizes)
 
+    def summary_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([self.summary])
+
 
 def points(cfg: ExperimentConfig) -> list[Point]:
     return [Point(p, float(r), int(s)) for p in cfg.policies for s in cfg.workload.seeds
@@ -51,9 +54,10 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
                           max_context=w.max_context or model.max_context, start=w.start)
 
 
-def run_point(cfg: ExperimentConfig, pt: Point, hardware=None) -> PointResult:
+def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
+              workload: Workload | None = None) -> PointResult:
     hardware = hardware or resolve_hardware(cfg.hardware)
-    wl = make_workload(cfg, pt.rate, pt.seed)
+    wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
                                     seed=pt.seed)
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,

@@ -57,6 +57,8 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         num_preemptions=int(table.preemptions.sum()),
         num_finished=table.num_finished,
         peak_kv_blocks=[e.pool.peak_used for e in engines],
+        kv_blocks_in_use_at_end=[e.pool.num_used for e in engines],
+        kv_capacity_blocks=[e.pool.num_blocks for e in engines],
     )
     if table.num_finished != table.n:
         raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
