@@ -1,7 +1,6 @@
 """Launch overhead: an empty kernel chain, and a whole Llama-style decode step eager vs CUDA graph."""
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch

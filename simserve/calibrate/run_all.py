@@ -1,0 +1,215 @@
+"""Run every calibration part in priority order, each within a time budget, into one folder.
+
+    python3 -m simserve.calibrate.run_all --out DIR [--total-s 520] [--smoke] [--parts a,b]
+
+Writes gpu_dense.csv, gpu_prefill_attn.csv, gpu_decode_attn.csv, links.csv, cpu_ops.csv,
+launch.csv (one row per point, same columns) and meta.json (device, versions, checks).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+PARTS = ["dense", "prefill", "decode", "links", "cpu", "launch"]
+BUDGET_S = {"dense": 130, "prefill": 55, "decode": 70, "links": 25, "cpu": 120, "launch": 40}
+DENSE_CONFIGS = [("llama-3.1-8b", 1), ("qwen3-14b", 1), ("llama-3.1-8b", 2), ("qwen3-14b", 2),
+                 ("llama-3.1-8b", 4), ("qwen3-14b", 4), ("qwen3-32b", 1), ("qwen3-32b", 2),
+                 ("qwen3-32b", 4), ("llama-3.1-8b", 8), ("qwen3-14b", 8), ("qwen3-32b", 8)]
+CHUNKS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+CONTEXTS = [0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+DEC_BATCH = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+DEC_CTX = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+
+
+def _sh(cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception as ex:  # noqa: BLE001
+        return f"failed: {ex}"
+
+
+def env_info(torch) -> dict:
+    info = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": os.environ.get("CAL_CMDLINE") or " ".join([sys.executable, "-m", __spec__.name if __spec__ else "run_all", *sys.argv[1:]]),
+        "argv": sys.argv,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "torch_num_threads_default": torch.get_num_threads(),
+        "os_cpu_count": os.cpu_count(),
+    }
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except Exception as ex:  # noqa: BLE001
+        info["triton"] = f"unavailable: {ex}"
+    try:
+        cpuinfo = open("/proc/cpuinfo").read().split("\n\n")[0]
+        fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        flags = fields.get("flags", "").split()
+        info["cpu_model"] = fields.get("model name")
+        info["cpu_flags_of_interest"] = sorted(f for f in flags if f.startswith(("amx", "avx512")))
+        info["cpu_flags_all"] = " ".join(flags)
+    except Exception as ex:  # noqa: BLE001
+        info["cpu_model"] = f"unreadable: {ex}"
+    info["lscpu"] = _sh("lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA|L1d|L2|L3|MHz'")
+    info["meminfo"] = _sh("grep -E 'MemTotal|MemAvailable' /proc/meminfo")
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info["gpu"] = {
+            "name": p.name, "capability": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
+            "memory_GiB": round(p.total_memory / 2**30, 1),
+            "l2_MB": round(getattr(p, "L2_cache_size", 0) / 1e6, 1),
+        }
+        info["nvidia_smi"] = _sh(
+            "nvidia-smi --query-gpu=name,driver_version,pci.bus_id,clocks.sm,clocks.mem,clocks.max.sm,"
+            "clocks.max.mem,power.limit,temperature.gpu,pcie.link.gen.current,pcie.link.width.current "
+            "--format=csv")
+    return info
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--total-s", type=float, default=520.0, help="global deadline from start")
+    ap.add_argument("--smoke", action="store_true", help="tiny grids, to check the scripts")
+    ap.add_argument("--device", default=None, help="cuda (default when present) or cpu (local test)")
+    ap.add_argument("--cpu-threads", default="16,12")
+    ap.add_argument("--test-model", default=None,
+                    help="local testing only: a catalog name used in place of every model")
+    args = ap.parse_args(argv)
+
+    import torch  # only here, inside simserve.calibrate
+
+    from . import gpu_ops, launch, links
+    from . import cpu_ops
+    from .timing import Budget, CsvSink, log
+
+    os.makedirs(args.out, exist_ok=True)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    t_start = time.monotonic()
+    deadline = t_start + args.total_s
+    parts = [p for p in args.parts.split(",") if p]
+    meta = {"env": env_info(torch), "device_used": device, "smoke": args.smoke,
+            "budgets_s": BUDGET_S, "total_s": args.total_s, "checks": {}, "parts": {}}
+    checks = meta["checks"]
+
+    def write_meta():
+        meta["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        with open(os.path.join(args.out, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1, default=str)
+
+    write_meta()
+    log("env:", json.dumps({k: v for k, v in meta["env"].items() if k not in ("cpu_flags_all",)}, default=str)[:3000])
+    torch.manual_seed(0)
+    sm = args.smoke
+    tokens = [1, 16, 256, 1024] if sm else gpu_ops.TOKENS
+    sinks = {}
+    tm = args.test_model
+    L8 = tm or "llama-3.1-8b"
+
+    def sink(name):
+        if name not in sinks:
+            sinks[name] = CsvSink(os.path.join(args.out, name))
+        return sinks[name]
+
+    carry = 0.0
+    for part in parts:
+        own = BUDGET_S[part] * (0.25 if sm else 1.0)
+        budget = Budget(own + carry, deadline)
+        log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
+        status = "ok"
+        try:
+            if part == "dense":
+                s = sink("gpu_dense.csv")
+                gpu_ops.ceilings(s, device, checks, small=sm)
+                cfgs = DENSE_CONFIGS[:2] if sm else DENSE_CONFIGS
+                if tm:
+                    cfgs = [(tm, tp) for _, tp in cfgs]
+                gpu_ops.dense(s, budget, device, cfgs, tokens, checks)
+            elif part == "prefill":
+                s = sink("gpu_prefill_attn.csv")
+                gpu_ops.prefill(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
+                                [16, 256] if sm else CHUNKS, [0, 1024] if sm else CONTEXTS, checks)
+                gpu_ops.mixed_varlen(s, budget, device, L8, checks,
+                                     **(dict(prefills=(512,), decodes=(8,), dctx=(1024,)) if sm else {}))
+            elif part == "decode":
+                s = sink("gpu_decode_attn.csv")
+                gpu_ops.decode(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
+                               [1, 64] if sm else DEC_BATCH, [64, 4096] if sm else DEC_CTX,
+                               (1 << 20) if sm else 512 * 32768, checks)
+            elif part == "links":
+                if device != "cuda":
+                    status = "skipped: no cuda"
+                else:
+                    links.links(sink("links.csv"), budget, checks,
+                                max_bytes=(64 << 20) if sm else (1 << 30),
+                                concurrent_sizes=(16 << 20,) if sm else (16 << 20, 64 << 20, 256 << 20))
+            elif part == "cpu":
+                s = sink("cpu_ops.csv")
+                ths = [int(t) for t in args.cpu_threads.split(",")]
+                ncpu = os.cpu_count() or 1
+                for i, th in enumerate(ths):
+                    th = min(th, ncpu)
+                    # split what is left between thread counts; attention gets a third of each
+                    share = budget.left() / (len(ths) - i)
+                    b1 = Budget(share * 0.65, deadline)
+                    cpu_ops.cpu_dense(s, b1, checks, th, L8,
+                                      tokens=[1, 8, 64] if sm else cpu_ops.CPU_TOKENS,
+                                      target_s=0.02 if sm else 0.1)
+                    b2 = Budget(share - b1.used(), deadline)
+                    cpu_ops.cpu_attn(s, b2, checks, th, L8,
+                                     batches=(1, 4) if sm else (1, 4, 16, 64, 256),
+                                     contexts=(128, 512) if sm else (128, 512, 2048, 8192),
+                                     max_tokens=(1 << 14) if sm else (2 << 20),
+                                     target_s=0.02 if sm else 0.1)
+                meta["parts"]["cpu_threads"] = ths
+            elif part == "launch":
+                if device != "cuda":
+                    status = "skipped: no cuda"
+                else:
+                    launch.launch(sink("launch.csv"), budget, checks, small=sm)
+            else:
+                status = f"unknown part {part}"
+        except Exception as ex:  # noqa: BLE001
+            traceback.print_exc()
+            status = f"failed: {type(ex).__name__}: {ex}"[:500]
+            try:
+                torch.cuda.synchronize() if device == "cuda" else None
+            except Exception:  # noqa: BLE001
+                pass
+        used = budget.used()
+        carry = max(0.0, own + carry - used)
+        meta["parts"][part] = {"status": status, "used_s": round(used, 1), "budget_s": round(own, 1),
+                               "points_skipped_for_time": budget.skipped}
+        log(f"=== part {part}: {status}, {used:.0f}s used ===")
+        if device == "cuda":
+            from .timing import free_gpu
+            free_gpu()
+        write_meta()
+    meta["rows"] = {name: s.count for name, s in sinks.items()}
+    meta["env_end_nvidia_smi"] = env_info(torch).get("nvidia_smi") if device == "cuda" else None
+    write_meta()
+    for s in sinks.values():
+        s.close()
+    log("rows:", meta["rows"])
+    log("checks:", json.dumps(checks, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
