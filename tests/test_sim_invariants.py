@@ -67,3 +67,24 @@ def test_tight_pool_preempts_and_recomputes():
     assert res.stats["num_finished"] == 2
     # the newest request is the victim (vLLM preempts from the tail of the running list)
     assert res.records.num_preemptions[1] >= 1 and res.records.num_preemptions[0] == 0
+
+
+def test_replicas_share_load_and_tp_is_faster_than_one_gpu():
+    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    rng = np.random.default_rng(5)
+    n = 400
+    w = workload(np.cumsum(rng.exponential(1 / 30, n)), rng.integers(200, 3000, n),
+                 rng.integers(20, 300, n))
+    two = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=2))
+    one = simulate_point(w, "llama-3.1-8b", H100, "vllm", max_num_batched_tokens=2048)
+    dp = simulate_point(w, "llama-3.1-8b", two, "vllm", max_num_batched_tokens=2048, tp=1)
+    tp = simulate_point(w, "llama-3.1-8b", two, "vllm", max_num_batched_tokens=2048, tp=2)
+    assert len(dp.stats["engines"]) == 2 and len(tp.stats["engines"]) == 1
+    e2e = {k: np.mean(r.records.finish_s - r.records.arrival_s)
+           for k, r in (("one", one), ("dp", dp), ("tp", tp))}
+    assert e2e["dp"] < e2e["one"] and e2e["tp"] < e2e["one"]
+    # TP2 halves weights and KV per token on each rank: more KV capacity per replica
+    assert tp.stats["engines"][0]["kv_capacity_tokens"] > 2 * one.stats["engines"][0]["kv_capacity_tokens"]
+    for r in (dp, tp):
+        assert r.stats["num_finished"] == n and r.stats["kv_blocks_in_use_at_end"] == [0] * len(
+            r.stats["engines"])

@@ -36,6 +36,7 @@ class PointResult:
     summary: dict           # metrics (vllm bench names) + identifying keys
     requests: pd.DataFrame  # one row per request
     stats: dict             # simulator statistics (wall time, iterations, KV sizes)
+    timeseries: pd.DataFrame | None = None  # per scheduling event: running, waiting, KV, tokens
 
     def summary_frame(self) -> pd.DataFrame:
         return pd.DataFrame([self.summary])
@@ -67,7 +68,7 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
     frame.insert(0, "seed", pt.seed)
     frame.insert(0, "request_rate", pt.rate)
     frame.insert(0, "policy", pt.policy.label)
-    return PointResult(pt, summary, frame, res.stats)
+    return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
 
 
 def validate(cfg: ExperimentConfig) -> None:
