@@ -129,7 +129,7 @@ def main(argv=None) -> int:
 
     carry = 0.0
     for part in parts:
-        own = BUDGET_S[part] * (0.25 if sm else 1.0)
+        own = BUDGET_S[part] * (0.2 if sm else 1.0)
         budget = Budget(own + carry, deadline)
         log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
         status = "ok"

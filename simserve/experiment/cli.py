@@ -20,6 +20,9 @@ def _run(args: argparse.Namespace) -> int:
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
           f"{cfg.workload.arrival} arrivals); times in seconds")
     print(format_table(recs))
+    capped = max(r["num_capped"] for r in recs)
+    if capped:
+        print(f"note: {capped} request(s) per point were capped at the model's max context")
     if not args.no_save:
         print(f"\nresults: {out}/ (summary.json, summary.csv, requests.csv, config.yaml)")
     return 0
