@@ -265,14 +265,44 @@ class ChunkedEngine:
         self._sample()
         return k
 
-    # -- policy-specific parts ------------------------------------------------------------
+    # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
+    def _admit(self, ids, n):
+        t = self.ctx.table
+        left = self.budget - int(n.sum())
+        new_ids, new_n = [], []
+        while self.waiting and left > 0 and len(self.running) < self.max_seqs:
+            r = self.waiting[0]
+            k = min(int(t.num_tokens[r] - t.computed[r]), left)
+            nb = self._admission_blocks(r, k)
+            if not self.pool.can_allocate(nb):
+                break
+            self._grow(r, nb)
+            self.waiting.popleft()
+            self.running.append(r)
+            new_ids.append(r)
+            new_n.append(k)
+            left -= k
+        if not new_ids:
+            return ids, n
+        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
+                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+
     def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
+        """Would `_admit` take the head of the queue with this many running and free blocks?"""
+        left = self.budget - num_running
+        if left <= 0 or num_running >= self.max_seqs:
+            return False
+        t = self.ctx.table
+        r = self.waiting[0]
+        return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left)) \
+            <= free_blocks
+
+    # -- policy-specific parts ------------------------------------------------------------
+    def _admission_blocks(self, rid: int, chunk: int) -> int:
+        """KV blocks to reserve when admitting `rid` with a first chunk of `chunk` tokens."""
         raise NotImplementedError
 
     def _schedule_running(self):
-        raise NotImplementedError
-
-    def _admit(self, ids, n):
         raise NotImplementedError
 
 

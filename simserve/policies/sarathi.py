@@ -66,33 +66,9 @@ class SarathiEngine(ChunkedEngine):
                 out.append(r)
         return np.asarray(out, dtype=np.int64), preempted
 
-    def _admit(self, ids, n):
-        t = self.ctx.table
-        left = self.budget - int(n.sum())
-        new_ids, new_n = [], []
-        while self.waiting and left > 0 and len(self.running) < self.max_seqs:
-            r = self.waiting[0]
-            full = int(t.num_tokens[r])
-            nb = self._blocks_needed(r, full)
-            if not self.pool.can_allocate(nb):
-                break
-            self._grow(r, nb)  # reserve the whole prompt
-            k = min(full - int(t.computed[r]), left)
-            self.waiting.popleft()
-            self.running.append(r)
-            new_ids.append(r)
-            new_n.append(k)
-            left -= k
-        if not new_ids:
-            return ids, n
-        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
-                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
-
-    def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
-        if self.budget - num_running <= 0 or num_running >= self.max_seqs:
-            return False
-        r = self.waiting[0]
-        return self._blocks_needed(r, int(self.ctx.table.num_tokens[r])) <= free_blocks
+    def _admission_blocks(self, rid: int, chunk: int) -> int:
+        # reserve the whole prompt (plus outputs to recompute after a preemption) at once
+        return self._blocks_needed(rid, int(self.ctx.table.num_tokens[rid]))
 
 
 @register("sarathi", ChunkedConfig)

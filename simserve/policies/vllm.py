@@ -58,35 +58,9 @@ class VllmEngine(ChunkedEngine):
             i += 1
         return (np.asarray(out_ids, dtype=np.int64), np.asarray(out_n, dtype=np.int64), preempted)
 
-    def _admit(self, ids, n):
-        t = self.ctx.table
-        left = self.budget - int(n.sum())
-        new_ids, new_n = [], []
-        while self.waiting and left > 0 and len(self.running) < self.max_seqs:
-            r = self.waiting[0]
-            k = min(int(t.num_tokens[r] - t.computed[r]), left)
-            nb = self._blocks_needed(r, int(t.computed[r]) + k)
-            if not self.pool.can_allocate(nb):
-                break  # strict FCFS: head-of-line blocking
-            self._grow(r, nb)
-            self.waiting.popleft()
-            self.running.append(r)
-            new_ids.append(r)
-            new_n.append(k)
-            left -= k
-        if not new_ids:
-            return ids, n
-        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
-                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
-
-    def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
-        left = self.budget - num_running
-        if left <= 0 or num_running >= self.max_seqs:
-            return False
-        t = self.ctx.table
-        r = self.waiting[0]
-        k = min(int(t.num_tokens[r] - t.computed[r]), left)
-        return self._blocks_needed(r, int(t.computed[r]) + k) <= free_blocks
+    def _admission_blocks(self, rid: int, chunk: int) -> int:
+        # incremental allocation: only the first chunk's blocks
+        return self._blocks_needed(rid, int(self.ctx.table.computed[rid]) + chunk)
 
 
 @register("vllm", ChunkedConfig)
