@@ -3,6 +3,7 @@ over a host KV cache, at a given number of threads."""
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -53,13 +54,27 @@ def cpu_dense(sink: CsvSink, budget: Budget, checks: dict, threads: int, model: 
             if pws:
                 checks[key]["mkldnn_packed"] = rel_err(_packed_linear(xs, pws[0]), ref)
         line = []
+        verbose_left = [2 if g.name == "qkv" else 0]
         for t in tokens:
             if not budget.ok():
                 break
             impls = {"eager torch.matmul(x, W.T)": lambda i, t=t: torch.matmul(x[:t], ws[i % nw].t())}
             if pws:
-                impls["mkldnn._linear_pointwise prepacked (_reorder_linear_weight)"] = \
+                impls["mkldnn._linear_pointwise prepacked (_reorder_linear_weight, batch_size=None)"] = \
                     lambda i, t=t: _packed_linear(x[:t], pws[i % nw])
+                try:  # packed for this M, as inductor's freezing pass does for a static batch
+                    pwt = [torch.ops.mkldnn._reorder_linear_weight(w, t) for w in ws]
+                    impls["mkldnn._linear_pointwise prepacked (_reorder_linear_weight, batch_size=M)"] = \
+                        lambda i, t=t, pwt=pwt: _packed_linear(x[:t], pwt[i % nw])
+                except Exception as ex:  # noqa: BLE001
+                    log(f"cpu: packing for M={t} failed: {ex}")
+                if verbose_left[0] and t in (1, 64):
+                    verbose_left[0] -= 1
+                    log(f"oneDNN verbose, {g.name} M={t}: eager then packed(None) then packed(M)")
+                    with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                        for f in impls.values():
+                            f(0)
+                    sys.stdout.flush()
             best = None
             for impl, fn in impls.items():
                 r = bench_wall(fn, target_s=target_s, min_reps=3, max_reps=30)

@@ -163,9 +163,9 @@ def decode_step(sink: CsvSink, budget: Budget, checks: dict, model: str = "llama
         g = _graph(m.step)
         kw = dict(model=model, tp=1, batch=b, tokens=b, context=ctx, context_sum=b * ctx,
                   note=f"{L} layers + final norm + lm_head + argmax; ops from triton_kernels + cuBLAS")
-        re = _add(sink, "decode_step_eager", "eager python (triton + torch.matmul)", _wall(m.step, 15),
+        re = _add(sink, "decode_step_eager", "eager python (triton + torch.matmul)", _wall(m.step, 25),
                   timer="wall", **kw)
-        rg = _add(sink, "decode_step_eager", "eager python (triton + torch.matmul)", _events(m.step, 15),
+        rg = _add(sink, "decode_step_eager", "eager python (triton + torch.matmul)", _events(m.step, 25),
                   timer="cuda_events", **kw)
         rr = _add(sink, "decode_step_graph", "CUDA graph replay", _wall(g.replay, 15), timer="wall", **kw)
         rq = _add(sink, "decode_step_graph", "CUDA graph replay", _events(g.replay, 15),
@@ -181,4 +181,4 @@ def decode_step(sink: CsvSink, budget: Budget, checks: dict, model: str = "llama
 def launch(sink: CsvSink, budget: Budget, checks: dict, small: bool = False) -> None:
     empty_chain(sink, checks, n=100 if small else 1000)
     decode_step(sink, budget, checks, layers=2 if small else None,
-                batches=(1,) if small else (1, 16, 64))
+                batches=(1,) if small else (1, 16, 64, 256))

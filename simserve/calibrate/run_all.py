@@ -17,8 +17,8 @@ import sys
 import time
 import traceback
 
-PARTS = ["dense", "prefill", "decode", "links", "cpu", "launch"]
-BUDGET_S = {"dense": 130, "prefill": 55, "decode": 70, "links": 25, "cpu": 120, "launch": 40}
+PARTS = ["dense", "prefill", "decode", "links", "launch", "cpu"]
+BUDGET_S = {"dense": 170, "prefill": 55, "decode": 70, "links": 25, "cpu": 120, "launch": 40}
 DENSE_CONFIGS = [("llama-3.1-8b", 1), ("qwen3-14b", 1), ("llama-3.1-8b", 2), ("qwen3-14b", 2),
                  ("llama-3.1-8b", 4), ("qwen3-14b", 4), ("qwen3-32b", 1), ("qwen3-32b", 2),
                  ("qwen3-32b", 4), ("llama-3.1-8b", 8), ("qwen3-14b", 8), ("qwen3-32b", 8)]
@@ -145,6 +145,9 @@ def main(argv=None) -> int:
                 s = sink("gpu_prefill_attn.csv")
                 gpu_ops.prefill(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
                                 [16, 256] if sm else CHUNKS, [0, 1024] if sm else CONTEXTS, checks)
+                if not sm:  # the Qwen3 head configs at TP1 (40/8 and 64/8 heads)
+                    for qm in ("qwen3-14b", "qwen3-32b"):
+                        gpu_ops.prefill(s, budget, device, tm or qm, [1], CHUNKS, CONTEXTS, checks)
                 gpu_ops.mixed_varlen(s, budget, device, L8, checks,
                                      **(dict(prefills=(512,), decodes=(8,), dctx=(1024,)) if sm else {}))
             elif part == "decode":
@@ -173,9 +176,9 @@ def main(argv=None) -> int:
                                       target_s=0.02 if sm else 0.1)
                     b2 = Budget(share - b1.used(), deadline)
                     cpu_ops.cpu_attn(s, b2, checks, th, L8,
-                                     batches=(1, 4) if sm else (1, 4, 16, 64, 256),
-                                     contexts=(128, 512) if sm else (128, 512, 2048, 8192),
-                                     max_tokens=(1 << 14) if sm else (2 << 20),
+                                     batches=(1, 4) if sm else (1, 4, 16, 64, 256, 512),
+                                     contexts=(128, 512) if sm else (128, 512, 2048, 8192, 16384),
+                                     max_tokens=(1 << 14) if sm else (4 << 20),
                                      target_s=0.02 if sm else 0.1)
                 meta["parts"]["cpu_threads"] = ths
             elif part == "launch":

@@ -14,7 +14,7 @@ import torch
 COLUMNS = [
     "part", "model", "tp", "op", "impl", "dtype", "tokens", "batch", "context_sum", "chunk",
     "context", "k", "n", "heads", "kv_heads", "head_dim", "bytes", "flops", "median_us", "p10_us",
-    "p90_us", "mean_us", "min_us", "repeats", "threads", "timer", "note",
+    "p90_us", "mean_us", "min_us", "repeats", "threads", "timer", "starved", "note",
 ]
 
 T0 = time.monotonic()
@@ -93,7 +93,7 @@ def stats(times_us: list[float]) -> dict:
     }
 
 
-def bench_cuda(fn, target_ms: float = 25.0, min_reps: int = 10, max_reps: int = 200,
+def bench_cuda(fn, target_ms: float = 25.0, min_reps: int = 10, max_reps: int = 100,
                warmup: int = 2) -> dict:
     """Time fn(i) (i rotates the inputs) with one CUDA event pair per call.
 
@@ -106,22 +106,30 @@ def bench_cuda(fn, target_ms: float = 25.0, min_reps: int = 10, max_reps: int = 
     e0 = torch.cuda.Event(enable_timing=True)
     e1 = torch.cuda.Event(enable_timing=True)
     e0.record()
+    h0 = time.perf_counter()
     for i in range(3):
         fn(warmup + i)
+    host_s = (time.perf_counter() - h0) / 3  # host enqueue time per call
     e1.record()
     torch.cuda.synchronize()
     est_ms = max(e0.elapsed_time(e1) / 3, 1e-3)
     reps = int(min(max_reps, max(min_reps, target_ms / est_ms)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    if est_ms < 0.5:
-        torch.cuda._sleep(int(min(reps * 80e-6, 0.05) * 2.0e9))
+    if est_ms < 2.0:
+        # Hold the GPU until the host has queued every call (2x the measured enqueue time),
+        # else a starved GPU waits on the host between a start event and its kernel.
+        cover_s = min(0.3, 2.0 * reps * (host_s + 5e-6) + 1e-3)
+        torch.cuda._sleep(int(cover_s * 2.0e9))
     for i in range(reps):
         starts[i].record()
         fn(i)
         ends[i].record()
     torch.cuda.synchronize()
     out = stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
+    # QA: idle gaps between consecutive calls mean the queue ran dry (host-bound samples)
+    gaps = [ends[i].elapsed_time(starts[i + 1]) * 1e3 for i in range(reps - 1)]
+    out["starved"] = sum(g > 3.0 for g in gaps)
     out["timer"] = "cuda_events"
     return out
 
