@@ -1,11 +1,14 @@
 """Cost model: the time of one batch (one engine iteration) on a GPU under TP degree t.
 
     t_iter = host(T, S_seq)
-           + L · [ dense(T) + prefill_attn(W, n_p) + decode_attn(B, ΣC) + 2 · allreduce(T) ]
+           + L · [ dense(T) + Σ_chunks prefill_attn(chunk, ctx) + decode_attn(B, ΣC)
+                   + 2 · allreduce(T) ]
            + lm_head(R)
 
-T tokens in the batch, n_p prefill chunks with work W = Σ chunk·(ctx + (chunk+1)/2),
+T tokens in the batch, prefill chunks of `chunk` new tokens after `ctx` cached ones,
 B decodes with total context ΣC, R rows that sample (decodes + chunks that end a prompt).
+`mixed_attention="varlen"` prices decodes that share one variable-length attention call
+with prefill chunks (the profile's `varlen_decode` table) instead of their own kernel.
 Host cost: per-iteration + per-sequence overhead, and either a CUDA-graph replay (T at or below
 the profile's `graph_max_tokens` when graphs are on) or eager launches, which overlap the GPU
 work layer by layer: a layer takes max(GPU time, kernels × launch time).
@@ -16,7 +19,7 @@ returns the same floats the scalar path would: event leaping relies on that.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,22 +32,31 @@ class BatchShape:
     """What a scheduler hands the cost model for one iteration."""
 
     num_tokens: int = 0
-    num_prefills: int = 0
-    prefill_work: float = 0.0      # Σ chunk·(ctx + (chunk+1)/2)
+    prefill_chunks: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens per chunk
+    prefill_ctx: np.ndarray = field(default_factory=lambda: _EMPTY)     # cached tokens before it
     num_decodes: int = 0
     decode_ctx_sum: int = 0        # Σ context of the decodes (tokens already in KV)
     num_sample_rows: int = 0
 
 
-def prefill_work(chunk: int, ctx: int) -> float:
-    """Causal attention work of a chunk of `chunk` new tokens after `ctx` cached tokens."""
-    return chunk * (ctx + (chunk + 1) / 2.0)
+    @property
+    def num_prefills(self) -> int:
+        return len(self.prefill_chunks)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def prefill_batch(prompt_tokens: int, ctx: int = 0) -> BatchShape:
+    """One chunk of `prompt_tokens` after `ctx` cached tokens, alone, sampling one token."""
+    return BatchShape(num_tokens=prompt_tokens, prefill_chunks=np.array([prompt_tokens]),
+                      prefill_ctx=np.array([ctx]), num_sample_rows=1)
 
 
 class GpuCostModel:
     def __init__(self, model: ModelSpec, gpu: HardwareProfile, tp: int = 1,
                  nvlink: HardwareProfile | None = None, cuda_graphs: bool = True,
-                 table_tokens: int = 16384):
+                 table_tokens: int = 16384, mixed_attention: str = "split"):
         model.check_tp(tp)
         if tp > 1 and nvlink is None:
             raise ValueError("TP > 1 needs an NVLink (or other GPU-GPU) link profile")
@@ -58,10 +70,16 @@ class GpuCostModel:
             oh.get("kernels_per_layer", 0))
         self.graph_us = float(oh.get("graph_replay_us", 0.0))
         self.graph_max = int(oh.get("graph_max_tokens", 0)) if cuda_graphs else 0
-        dec = self.ops.decode_attn
-        self.dec_const, self.dec_seq = dec.const_us, dec.coef("per_seq")
-        self.dec_ctx = dec.coef("per_context_token")
-        self.pre_req_us = self.ops.prefill_attn_per_request_us
+        self.decode_attn = self.ops.decode_attn.us
+        self.prefill_attn = self.ops.prefill_attn.us
+        if mixed_attention not in ("split", "varlen"):
+            raise ValueError(f"mixed_attention: expected 'split' or 'varlen', got {mixed_attention!r}")
+        vl = self.ops.varlen_decode
+        if mixed_attention == "varlen" and vl is None:
+            raise ValueError(f"mixed_attention 'varlen': profile {gpu.name} has no varlen_decode "
+                             f"table for {model.name} at TP{tp}")
+        self.varlen = (vl.const_us, vl.coef("per_context_token")) if mixed_attention == "varlen" \
+            else None
         self._ar = self._allreduce_fn(nvlink)
         self._build_tables(table_tokens)
 
@@ -112,10 +130,12 @@ class GpuCostModel:
         if b.num_prefills == 0:
             return self.decode_only_s(b.num_decodes, b.decode_ctx_sum)
         self._ensure(max(b.num_tokens, b.num_sample_rows))
-        layer = self._dense[b.num_tokens]
-        layer += float(self.ops.prefill_attn(b.prefill_work)) + self.pre_req_us * b.num_prefills
+        layer = self._dense[b.num_tokens] + self.prefill_attn(b.prefill_chunks, b.prefill_ctx)
         if b.num_decodes:
-            layer += self.dec_const + self.dec_seq * b.num_decodes + self.dec_ctx * b.decode_ctx_sum
+            if self.varlen is None:  # decodes get their own decode-attention kernel
+                layer += self.decode_attn(b.num_decodes, b.decode_ctx_sum)
+            else:                    # one variable-length call over prefill chunks and decodes
+                layer += self.varlen[0] + self.varlen[1] * b.decode_ctx_sum
         us = self.host_us(b.num_tokens, b.num_prefills + b.num_decodes, layer)
         return (us + self._lm[b.num_sample_rows]) * 1e-6
 
@@ -125,10 +145,9 @@ class GpuCostModel:
         if B == 0:
             return 0.0 * ctx_sum
         self._ensure(B)
-        fixed = self._dense[B] + self.dec_const + self.dec_seq * B
         base = self.iter_us + self.per_seq_us * B
         lm = self._lm[B]
-        layer = fixed + self.dec_ctx * ctx_sum
+        layer = self._dense[B] + self.decode_attn(B, ctx_sum)
         if B <= self.graph_max:
             us = base + self.graph_us + self.num_layers * layer
         else:
@@ -137,6 +156,4 @@ class GpuCostModel:
 
     def prefill_only_s(self, prompt_tokens: int) -> float:
         """One whole prompt alone in a batch (it samples its first token)."""
-        return self.step_s(BatchShape(num_tokens=prompt_tokens, num_prefills=1,
-                                      prefill_work=prefill_work(prompt_tokens, 0),
-                                      num_sample_rows=1))
+        return self.step_s(prefill_batch(prompt_tokens))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simserve.cost import BatchShape, GpuCostModel, prefill_work
+from simserve.cost import GpuCostModel, prefill_batch
 from simserve.models import get_model
 from simserve.sim.cluster import Channel
 from simserve.sim.run import simulate_point
@@ -19,8 +19,7 @@ def test_isolated_request_latency_is_one_prefill_plus_decode_steps():
     res = simulate_point(w, M8, H100, "vllm", max_num_batched_tokens=4096)
     cost = GpuCostModel(M8, H100.gpu, 1, None)
     for i, (p, n) in enumerate(zip(prompts, outputs)):
-        expect = cost.step_s(BatchShape(num_tokens=p, num_prefills=1,
-                                        prefill_work=prefill_work(p, 0), num_sample_rows=1))
+        expect = cost.step_s(prefill_batch(p))
         expect += sum(cost.decode_only_s(1, p + j + 1) for j in range(n - 1))
         e2e = res.records.finish_s[i] - res.records.arrival_s[i]
         assert abs(e2e - expect) < 1e-9 * max(1.0, expect)

@@ -85,3 +85,76 @@ class Affine:
         d = {"const_us": round(self.const_us, 6)}
         d.update({k: float(f"{v:.6g}") for k, v in self.coefs})
         return d
+
+
+@dataclass(slots=True)
+class Grid:
+    """t(x, y) on a rectangular grid of knots, bilinear in (log2 x, log2 y) of log t.
+
+    Below the first knot of an axis the value is clamped; beyond the last it grows in
+    proportion to that coordinate (the roofline ratio of the last knot), logged once.
+    `y` may be an array when `x` is a scalar (event leaping evaluates many contexts at once).
+    """
+
+    name: str
+    x_label: str
+    y_label: str
+    xs: np.ndarray
+    ys: np.ndarray
+    t: np.ndarray  # shape (len(xs), len(ys))
+    _lx: np.ndarray = field(default=None, repr=False)
+    _ly: np.ndarray = field(default=None, repr=False)
+    _lt: np.ndarray = field(default=None, repr=False)
+    _warned: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.xs = np.asarray(self.xs, dtype=np.float64)
+        self.ys = np.asarray(self.ys, dtype=np.float64)
+        self.t = np.asarray(self.t, dtype=np.float64)
+        if self.t.shape != (len(self.xs), len(self.ys)) or len(self.xs) < 1 or len(self.ys) < 2:
+            raise ValueError(f"{self.name}: grid shape {self.t.shape} does not match axes "
+                             f"{len(self.xs)} x {len(self.ys)}")
+        if np.any(np.diff(self.xs) <= 0) or np.any(np.diff(self.ys) <= 0):
+            raise ValueError(f"{self.name}: grid axes must be strictly increasing")
+        if np.any(self.t <= 0):
+            raise ValueError(f"{self.name}: grid times must be positive")
+        self._lx = np.log2(np.maximum(self.xs, 1.0))  # axes are counts; 0 sits at log2(1)
+        self._ly = np.log2(np.maximum(self.ys, 1.0))
+        self._lt = np.log(self.t)
+
+    @classmethod
+    def from_mapping(cls, name: str, m: dict) -> "Grid":
+        return cls(name, m["x"], m["y"], m[m["x"]], m[m["y"]], m["us"])
+
+    def to_yaml(self) -> dict:
+        return {"x": self.x_label, "y": self.y_label,
+                self.x_label: [float(v) for v in self.xs], self.y_label: [float(v) for v in self.ys],
+                "us": [[float(f"{v:.6g}") for v in row] for row in self.t]}
+
+    def _row(self, i: int, ya, lya):
+        out = np.interp(lya, self._ly, self._lt[i])
+        return out
+
+    def __call__(self, x, y):
+        xf = float(x)
+        ya = np.maximum(np.asarray(y, dtype=np.float64), self.ys[0])
+        lya = np.log2(np.maximum(ya, 1.0))
+        xc = min(max(xf, self.xs[0]), self.xs[-1])
+        lx = np.log2(max(xc, 1.0))
+        i = int(np.searchsorted(self._lx, lx, side="right")) - 1
+        i = min(max(i, 0), len(self.xs) - 1)
+        if i == len(self.xs) - 1:
+            lt = self._row(i, ya, lya)
+        else:
+            w = (lx - self._lx[i]) / (self._lx[i + 1] - self._lx[i])
+            lt = (1.0 - w) * self._row(i, ya, lya) + w * self._row(i + 1, ya, lya)
+        out = np.exp(lt)
+        beyond_y = ya > self.ys[-1]
+        if np.any(beyond_y) or xf > self.xs[-1]:
+            if not self._warned:
+                log.info("%s: extending beyond the grid along its roofline ratio", self.name)
+                self._warned = True
+            out = np.where(beyond_y, out * ya / self.ys[-1], out)
+            if xf > self.xs[-1]:
+                out = out * xf / self.xs[-1]
+        return out if out.ndim else float(out)

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from simserve.errors import ConfigError, did_you_mean
+from simserve.hardware.attention import decode_fn, prefill_fn
 from simserve.hardware.functions import Affine, Curve
 
 SCHEMA = "simserve-hwprofile/1"
@@ -50,9 +51,10 @@ class ModelOps:
 
     dense: dict[str, Curve]          # qkv, o, gate_up, down, elementwise: f(tokens)
     lm_head: Curve                    # f(rows that sample)
-    prefill_attn: Curve               # f(Σ chunk·(ctx + (chunk+1)/2))
-    prefill_attn_per_request_us: float
-    decode_attn: Affine               # const_us + per_seq·B + per_context_token·ΣC
+    prefill_attn: object              # .us(chunks, contexts) -> µs (attention.py)
+    decode_attn: object               # .us(batch, Σ context) -> µs, vectorised over Σ context
+    varlen_decode: Affine | None = None  # extra µs per decode context token in a mixed call
+    source: str = "measured"
 
 
 @dataclass(slots=True)
@@ -98,10 +100,12 @@ class HardwareProfile:
             dense = {op: Curve.from_lists(f"{self.name}/{model}/{tkey}/{op}", tokens, t[f"{op}_us"])
                      for op in ("qkv", "o", "gate_up", "down", "elementwise")}
             lm = Curve.from_lists(f"{self.name}/{model}/{tkey}/lm_head", tokens, t["lm_head_us"])
-            pa = t["prefill_attn"]
-            pre = Curve.from_lists(f"{self.name}/{model}/{tkey}/prefill_attn", pa["work"], pa["us"])
-            dec = Affine.from_mapping(f"{self.name}/{model}/{tkey}/decode_attn", t["decode_attn"])
-            return ModelOps(dense, lm, pre, float(pa.get("per_request_us", 0.0)), dec)
+            base = f"{self.name}/{model}/{tkey}"
+            pre = prefill_fn(f"{base}/prefill_attn", t["prefill_attn"])
+            dec = decode_fn(f"{base}/decode_attn", t["decode_attn"])
+            vl = t.get("varlen_decode")
+            vl = Affine.from_mapping(f"{base}/varlen_decode", vl) if vl else None
+            return ModelOps(dense, lm, pre, dec, vl, str(t.get("source", self.provenance_type)))
         except KeyError as exc:
             raise ConfigError(f"{where}: missing field {exc.args[0]!r}") from None
         except ValueError as exc:

@@ -54,6 +54,7 @@ class ChunkedConfig:
     block_size: int = 16
     tp: int = 1
     cuda_graphs: bool = True
+    mixed_attention: str = "split"  # or "varlen": one FA2 varlen call over prefill + decodes
     vllm_version: str = "0.22.1"
     activation_reserve_gib: float | None = None
     num_gpu_blocks_override: int | None = None
@@ -106,8 +107,12 @@ class ChunkedEngine:
                               f"{cfg.tp} ({kv.summary()}); use a larger TP degree or GPU")
         self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
-        self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
-                                 table_tokens=max(self.budget, self.max_seqs))
+        try:
+            self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
+                                     table_tokens=max(self.budget, self.max_seqs),
+                                     mixed_attention=cfg.mixed_attention)
+        except ValueError as exc:
+            raise ConfigError(f"policy {self.kind}: {exc}") from None
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.clock = 0.0
@@ -179,11 +184,9 @@ class ChunkedEngine:
         ntok = t.num_tokens[ids]
         dec = (n == 1) & (c == ntok - 1) & (t.generated[ids] > 0)
         pre = ~dec
-        npre = n[pre].astype(np.float64)
         sample = (c + n) == ntok
         shape = BatchShape(
-            num_tokens=int(n.sum()), num_prefills=int(pre.sum()),
-            prefill_work=float((npre * (c[pre] + (npre + 1.0) / 2.0)).sum()),
+            num_tokens=int(n.sum()), prefill_chunks=n[pre], prefill_ctx=c[pre],
             num_decodes=int(dec.sum()), decode_ctx_sum=int((c[dec] + 1).sum()),
             num_sample_rows=int(sample.sum()))
         return shape, sample
