@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "simserve.experiment.cli",
     "simserve.workload.cli",
     "simserve.hardware.cli",
+    "simserve.calibrate.cli",
 )
 
 

@@ -111,7 +111,7 @@ class Ctx:
         k = 5
         if self.cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self.dist.all_reduce(self.syncbuf)
+            self.dist.all_reduce(self.syncbuf, op=self.dist.ReduceOp.MAX)
             e0.record()
             h0 = time.perf_counter()
             for _ in range(k):
@@ -121,7 +121,7 @@ class Ctx:
             torch.cuda.synchronize()
             est = e0.elapsed_time(e1) / k  # ms
         else:
-            self.dist.all_reduce(self.syncbuf)
+            self.dist.all_reduce(self.syncbuf, op=self.dist.ReduceOp.MAX)
             h0 = time.perf_counter()
             for _ in range(k):
                 fn()
@@ -140,7 +140,7 @@ class Ctx:
                     # hold this GPU while the host queues the whole loop (2x measured enqueue time)
                     cover_s = min(0.2, 2.0 * n * (host + 5e-6) + 1e-3)
                     torch.cuda._sleep(int(cover_s * 1.98e9))
-                self.dist.all_reduce(self.syncbuf)  # lines the ranks up after the sleep
+                self.dist.all_reduce(self.syncbuf, op=self.dist.ReduceOp.MAX)  # lines the ranks up after the sleep
                 starts[r].record()
                 if graph_fn is not None:
                     graph_fn()
@@ -156,7 +156,7 @@ class Ctx:
             for r in range(repeats):
                 if reset:
                     reset()
-                self.dist.all_reduce(self.syncbuf)
+                self.dist.all_reduce(self.syncbuf, op=self.dist.ReduceOp.MAX)
                 h0 = time.perf_counter()
                 for _ in range(n):
                     fn()
@@ -217,9 +217,10 @@ def _points(ctx: Ctx, sizes: dict, need_s: float, label: str):
 
 
 # ------------------------------------------------------------------------------------------------
-def part_allreduce(ctx: Ctx, sizes: dict, reserve_s: float):
+def part_allreduce(ctx: Ctx, sizes: dict, reserve_s: float, second: bool = False):
     torch, dist, R, W = ctx.torch, ctx.dist, ctx.rank, ctx.world
-    for i, b, info in _points(ctx, sizes, reserve_s, "allreduce"):
+    label = "allreduce_second_pass" if second else "allreduce"
+    for i, b, info in _points(ctx, sizes, reserve_s, label):
         n = b // 2
         ins = [ctx.randn(n, 1000 + 10 * i + r) for r in range(W)]
         ref = ins[0].float()
@@ -228,14 +229,13 @@ def part_allreduce(ctx: Ctx, sizes: dict, reserve_s: float):
         buf = ins[R].clone()
         dist.all_reduce(buf)
         e = _rel(torch, buf, ref.to(torch.bfloat16))
-        _check(ctx, "allreduce", e < 1e-2, e)
+        _check(ctx, label, e < 1e-2, e)
         pristine = ins[R]
         del ins, ref
         r = ctx.loop_time(lambda: dist.all_reduce(buf), reset=lambda: buf.copy_(pristine))
-        alg, bus = ctx.add("allreduce", "nccl all_reduce sum (eager)", b, r, "allreduce", info,
-                           f"check rel err {e:.1e}")
+        impl = "nccl all_reduce sum (eager" + (", second pass: repeatability)" if second else ")")
+        alg, bus = ctx.add("allreduce", impl, b, r, "allreduce", info, f"check rel err {e:.1e}")
         ctx.log(f"allreduce {b:>11} B  {r['median_us']:9.1f} us  busbw {bus:7.1f} GB/s  N={r['n']}")
-        del buf, pristine
 
 
 def part_alltoall(ctx: Ctx, sizes: list[int], reserve_s: float):
@@ -255,7 +255,6 @@ def part_alltoall(ctx: Ctx, sizes: list[int], reserve_s: float):
         alg, bus = ctx.add("alltoall", "nccl all_to_all_single, equal splits", b, r, "gather", info,
                            "bytes = total input per rank")
         ctx.log(f"alltoall  {b:>11} B  {r['median_us']:9.1f} us  busbw {bus:7.1f} GB/s  N={r['n']}")
-        del out, x
 
 
 def _allgather(ctx, out, x):
@@ -305,7 +304,6 @@ def part_gather_scatter(ctx: Ctx, sizes: dict, reserve_s: float, which: str):
         r = ctx.loop_time(fn)
         alg, bus = ctx.add(which, impl, b, r, "gather", info, extra)
         ctx.log(f"{which:<9} {b:>11} B  {r['median_us']:9.1f} us  busbw {bus:7.1f} GB/s  N={r['n']}")
-        del out, x
 
 
 def part_p2p(ctx: Ctx, sizes: list[int], reserve_s: float):
@@ -375,7 +373,6 @@ def part_p2p(ctx: Ctx, sizes: list[int], reserve_s: float):
         ctx.log(f"p2p {b:>11} B  GB/s per direction: " + ", ".join(line))
     if do_copy:
         del src, dst
-    del sbuf, rbuf
 
 
 def part_graph(ctx: Ctx, sizes: dict, reserve_s: float, nloop: int = 50):
@@ -403,7 +400,7 @@ def part_graph(ctx: Ctx, sizes: dict, reserve_s: float, nloop: int = 50):
                 torch.cuda.current_stream().wait_stream(s)
                 torch.cuda.synchronize()
                 gr = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(gr):
+                with torch.cuda.graph(gr, capture_error_mode="thread_local"):
                     for _ in range(nloop):
                         dist.all_reduce(buf)
                 torch.cuda.synchronize()
@@ -431,8 +428,6 @@ def part_graph(ctx: Ctx, sizes: dict, reserve_s: float, nloop: int = 50):
             ctx.add("allreduce", f"nccl all_reduce sum, CUDA graph of {nloop} captured calls", b, r,
                     "allreduce", info, f"check rel err {e:.1e}; replay time / {nloop}")
             ctx.log(f"graph {b:>9} B  graph {r['median_us']:7.2f} us/op  eager(no cover) {eager_nc:7.2f} us/op")
-            del gr
-        del buf, pristine
 
 
 # ------------------------------------------------------------------------------------------------
@@ -468,8 +463,7 @@ def worker(rank: int, world: int, args) -> int:
         env = env_info(torch)
         env["command"] = os.environ.get("CAL_CMDLINE") or " ".join(
             [sys.executable, "-m", "simserve.calibrate.collectives", *sys.argv[1:]])
-        env["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ \
-            else "torch.multiprocessing.spawn"
+        env["launcher"] = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "torch.multiprocessing.spawn"
         env["world_size"] = world
         env["backend"] = args.backend
         env["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
@@ -517,7 +511,8 @@ def worker(rank: int, world: int, args) -> int:
             ("p2p", lambda r: part_p2p(ctx, p2p, r), 60),
             ("allgather", lambda r: part_gather_scatter(ctx, coarse, r, "allgather"), 45),
             ("reducescatter", lambda r: part_gather_scatter(ctx, coarse, r, "reducescatter"), 30),
-            ("graph", lambda r: part_graph(ctx, small, r), 3)]
+            ("graph", lambda r: part_graph(ctx, small, r), 15),
+            ("allreduce2", lambda r: part_allreduce(ctx, red, r, second=True), 3)]
     if args.parts:
         keep = args.parts.split(",")
         plan = [p for p in plan if p[0] in keep]

@@ -27,6 +27,16 @@ CONTEXTS = [0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 DEC_BATCH = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 DEC_CTX = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 
+# `--grid dense`: about sqrt(2) steps, so that holding out every fourth point still leaves
+# neighbours close enough to interpolate across cuBLAS/FlashAttention kernel switches
+DENSE_TOKENS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+                320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072,
+                3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384]
+DENSE_CONTEXTS = [0, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+                  12288, 16384, 24576, 32768]
+DENSE_DEC_CTX = [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+                 12288, 16384, 24576, 32768]
+
 
 def _sh(cmd: str) -> str:
     try:
@@ -87,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--total-s", type=float, default=520.0, help="global deadline from start")
     ap.add_argument("--smoke", action="store_true", help="tiny grids, to check the scripts")
+    ap.add_argument("--grid", choices=("standard", "dense"), default="standard",
+                    help="dense: ~sqrt(2)-spaced token and context grids (longer run)")
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu (local test)")
     ap.add_argument("--cpu-threads", default="16,12")
     ap.add_argument("--test-model", default=None,
@@ -117,7 +129,11 @@ def main(argv=None) -> int:
     log("env:", json.dumps({k: v for k, v in meta["env"].items() if k not in ("cpu_flags_all",)}, default=str)[:3000])
     torch.manual_seed(0)
     sm = args.smoke
-    tokens = [1, 16, 256, 1024] if sm else gpu_ops.TOKENS
+    dg = args.grid == "dense"
+    tokens = [1, 16, 256, 1024] if sm else (DENSE_TOKENS if dg else gpu_ops.TOKENS)
+    contexts = DENSE_CONTEXTS if dg else CONTEXTS
+    dec_ctx = DENSE_DEC_CTX if dg else DEC_CTX
+    meta["grid"] = args.grid
     sinks = {}
     tm = args.test_model
     L8 = tm or "llama-3.1-8b"
@@ -129,7 +145,7 @@ def main(argv=None) -> int:
 
     carry = 0.0
     for part in parts:
-        own = BUDGET_S[part] * (0.2 if sm else 1.0)
+        own = BUDGET_S[part] * (0.2 if sm else (2.0 if dg else 1.0))
         budget = Budget(own + carry, deadline)
         log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
         status = "ok"
@@ -144,16 +160,17 @@ def main(argv=None) -> int:
             elif part == "prefill":
                 s = sink("gpu_prefill_attn.csv")
                 gpu_ops.prefill(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
-                                [16, 256] if sm else CHUNKS, [0, 1024] if sm else CONTEXTS, checks)
+                                [16, 256] if sm else CHUNKS, [0, 1024] if sm else contexts, checks)
                 if not sm:  # the Qwen3 head configs at TP1 (40/8 and 64/8 heads)
                     for qm in ("qwen3-14b", "qwen3-32b"):
-                        gpu_ops.prefill(s, budget, device, tm or qm, [1], CHUNKS, CONTEXTS, checks)
-                gpu_ops.mixed_varlen(s, budget, device, L8, checks,
-                                     **(dict(prefills=(512,), decodes=(8,), dctx=(1024,)) if sm else {}))
+                        gpu_ops.prefill(s, budget, device, tm or qm, [1], CHUNKS, contexts, checks)
+                if not dg:
+                    gpu_ops.mixed_varlen(s, budget, device, L8, checks, **(
+                        dict(prefills=(512,), decodes=(8,), dctx=(1024,)) if sm else {}))
             elif part == "decode":
                 s = sink("gpu_decode_attn.csv")
                 gpu_ops.decode(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
-                               [1, 64] if sm else DEC_BATCH, [64, 4096] if sm else DEC_CTX,
+                               [1, 64] if sm else DEC_BATCH, [64, 4096] if sm else dec_ctx,
                                (1 << 20) if sm else 512 * 32768, checks)
             elif part == "links":
                 if device != "cuda":

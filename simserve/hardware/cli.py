@@ -32,6 +32,13 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from simserve.calibrate.check import run_check
+    text, ok = run_check(args.name)
+    print(text)
+    return 0 if ok or not args.strict else 1
+
+
 def register(sub) -> None:
     p = sub.add_parser("profiles", help="hardware profiles: list, show")
     s = p.add_subparsers(dest="profiles_cmd", metavar="ACTION")
@@ -41,3 +48,7 @@ def register(sub) -> None:
     b = s.add_parser("show", help="one profile's provenance, datasheet numbers and overheads")
     b.add_argument("name")
     b.set_defaults(handler=_show)
+    c = s.add_parser("check", help="held-out error of a measured profile's fits, per op")
+    c.add_argument("name")
+    c.add_argument("--strict", action="store_true", help="exit 1 when an op misses its bar")
+    c.set_defaults(handler=_check)

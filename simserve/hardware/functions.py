@@ -68,7 +68,7 @@ class Affine:
 
     @classmethod
     def from_mapping(cls, name: str, m: dict) -> "Affine":
-        m = dict(m)
+        m = {k: v for k, v in m.items() if k not in ("source", "kind")}
         const = float(m.pop("const_us", 0.0))
         coefs = tuple((k, float(v)) for k, v in sorted(m.items()))
         if const < 0 or any(v < 0 for _, v in coefs):

@@ -149,7 +149,8 @@ def _parse(p: Path, expect_kind: str | None) -> HardwareProfile:
         raise ConfigError(f"{p}: expected a mapping at the top level")
     if d.get("schema") != SCHEMA:
         raise ConfigError(f"{p}: schema: expected {SCHEMA!r}, got {d.get('schema')!r}")
-    allowed = {"schema", "name", "kind", "provenance", "spec", "overheads", "link", "ops"}
+    allowed = {"schema", "name", "kind", "provenance", "spec", "overheads", "link", "ops",
+               "copy_tables", "comparison"}
     for k in d:
         if k not in allowed:
             raise ConfigError(f"{p}: unknown key {k!r}{did_you_mean(k, allowed)}")

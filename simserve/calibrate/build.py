@@ -1,0 +1,269 @@
+"""Assemble measured profiles from a raw calibration folder (no torch needed).
+
+    simserve calibrate fit --raw hwprofiles/raw/h200-sxm --gpu h200-sxm --cpu xeon-emr \
+        --link pcie5-x16
+
+GPU: dense, elementwise and LM-head tables per (model, TP) from `gpu_dense.csv`; prefill and
+decode attention grids from `gpu_prefill_attn.csv` / `gpu_decode_attn.csv`; the varlen
+penalty from the `mixed_*` points; launch costs from `launch.csv`. Where a (model, TP) was not
+measured, its table is scaled from the closest measured head layout and says so in `source`;
+models with no measured dense ops keep the datasheet roofline tables (`source: derived`).
+CPU: dense ops and decode attention per thread count, the fastest implementation per point.
+Link: copy time tables and the fitted latency + bytes/bandwidth per direction.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from simserve.calibrate.tables import fit_curve, fit_grid, read_raw
+from simserve.hardware import derive
+from simserve.hardware.functions import Grid
+from simserve.models import CATALOG, get_model
+
+DENSE = ("qkv", "o", "gate_up", "down")
+# elementwise kernels of one layer: two fused residual-add RMSNorms, RoPE, KV-cache write,
+# SiLU-and-mul, and Qwen3's per-head q/k norm
+ELEMENTWISE = {"rmsnorm_add": 2, "rope": 1, "kv_write": 1, "silu_mul": 1, "qk_norm": 1}
+
+
+def _meta(raw_dir: Path) -> dict:
+    p = raw_dir / "meta.json"
+    if not p.exists():
+        return {}
+    m = json.loads(p.read_text())
+    return dict(m.get("env", {}), **{k: v for k, v in m.items() if k != "env"})
+
+
+def _prov(raw_dir: Path, meta: dict, what: str) -> dict:
+    gpu = meta.get("gpu", {})
+    return {
+        "type": "measured",
+        "method": what,
+        "raw": str(raw_dir),
+        "device": gpu.get("name") or meta.get("cpu_model"),
+        "cpu": meta.get("cpu_model"),
+        "driver": _driver(meta.get("nvidia_smi")),
+        "versions": {k: meta.get(k) for k in ("torch", "torch_cuda", "triton", "python")},
+        "measured": meta.get("date_utc"),
+        "command": meta.get("command"),
+        "fitted_by": "simserve calibrate fit",
+        "fitted": _dt.date.today().isoformat(),
+    }
+
+
+def _driver(smi: str | None) -> str | None:
+    """The driver version from `nvidia-smi --query-gpu=name,driver_version,... --format=csv`."""
+    lines = (smi or "").splitlines()
+    if len(lines) < 2:
+        return None
+    fields = [f.strip() for f in lines[1].split(",")]
+    return fields[1] if len(fields) > 1 else None
+
+
+def _pts(df: pd.DataFrame, **eq) -> pd.DataFrame:
+    m = np.ones(len(df), dtype=bool)
+    for k, v in eq.items():
+        m &= (df[k] == v).to_numpy()
+    return df[m]
+
+
+# -- GPU -----------------------------------------------------------------------------------
+def gpu_tables(raw: pd.DataFrame, model: str, tp: int) -> dict | None:
+    d = _pts(raw, part="gpu_dense", model=model, tp=tp)
+    if d.empty:
+        return None
+    e = _pts(raw, part="gpu_elementwise", model=model, tp=tp)
+    tokens = np.sort(d.tokens.unique())
+    out: dict = {"source": "measured", "tokens": [int(t) for t in tokens]}
+    for op in (*DENSE, "lm_head"):
+        pts = d[d.op == op]
+        out[f"{op}_us"] = _r(fit_curve(op, pts.tokens, pts.median_us)(tokens))
+    ew = np.zeros(len(tokens))
+    for op, count in ELEMENTWISE.items():
+        pts = e[e.op == op]
+        if not pts.empty:
+            ew += count * np.asarray(fit_curve(op, pts.tokens, pts.median_us)(tokens))
+    out["elementwise_us"] = _r(ew)
+    return out
+
+
+def _prefill_grid(raw: pd.DataFrame, model: str, tp: int) -> tuple[Grid, str] | None:
+    spec = get_model(model)
+    nh, nkv = spec.heads_per_rank(tp)
+    pa = _pts(raw, part="gpu_prefill_attn", op="prefill_attn")
+    exact = pa[(pa.model == model) & (pa.tp == tp)]
+    if not exact.empty:
+        return fit_grid("prefill", exact.chunk, exact.context, exact.median_us, "chunk",
+                        "context"), "measured"
+    # closest measured head layout: same KV heads per rank first, then nearest q heads
+    cands = []
+    for (m, t), g in pa.groupby(["model", "tp"]):
+        h, kv = get_model(m).heads_per_rank(int(t))
+        cands.append((kv != nkv, abs(np.log2(h / nh)), m, int(t), h, g))
+    if not cands:
+        return None
+    _, _, m, t, h, g = min(cands, key=lambda c: c[:2])
+    grid = fit_grid("prefill", g.chunk, g.context, g.median_us * nh / h, "chunk", "context")
+    return grid, f"scaled from {m} TP{t} by q heads per rank {nh}/{h}"
+
+
+def _decode_grid(raw: pd.DataFrame, model: str, tp: int) -> tuple[Grid, str] | None:
+    spec = get_model(model)
+    _, nkv = spec.heads_per_rank(tp)
+    da = _pts(raw, part="gpu_decode_attn", op="decode_attn")
+    if da.empty:
+        return None
+    best = None
+    for (m, t), g in da.groupby(["model", "tp"]):
+        kv = get_model(m).heads_per_rank(int(t))[1]
+        key = (abs(np.log2(kv / nkv)), m != model)
+        if best is None or key < best[0]:
+            best = (key, m, int(t), kv, g)
+    _, m, t, kv, g = best
+    grid = fit_grid("decode", g.batch, g.context, g.median_us, "batch", "context")
+    if kv == nkv:
+        src = "measured" if m == model else f"measured with {m} TP{t} (same {kv} KV heads per rank)"
+        return grid, src
+    # memory-bound: kv/nkv as many heads read the same bytes as ctx·nkv/kv tokens
+    ctx = grid.ys
+    t2 = np.array([grid(b, ctx * nkv / kv) for b in grid.xs])
+    return (Grid("decode", "batch", "context", grid.xs, ctx, t2),
+            f"scaled from {m} TP{t} ({kv} KV heads per rank) to {nkv} by context")
+
+
+def _varlen(raw: pd.DataFrame) -> dict | None:
+    mx = _pts(raw, part="gpu_prefill_attn", model="llama-3.1-8b", tp=1)
+    mx = mx[mx.op.str.startswith("mixed_")]
+    if mx.empty:
+        return None
+    piv = mx.pivot_table(index=["chunk", "batch", "context", "context_sum"], columns="op",
+                         values="median_us").reset_index()
+    extra = piv["mixed_varlen_one_call"] - piv["mixed_prefill_alone"]
+    A = np.stack([np.ones(len(piv)), piv["context_sum"].to_numpy(float)], 1)
+    (c0, c1), _ = nnls(A, extra.to_numpy(float))
+    return {"const_us": round(float(c0), 4), "per_context_token": float(f"{c1:.6g}"),
+            "source": "measured: FA2 varlen over one prefill chunk + decodes, minus the chunk alone"}
+
+
+def _overheads(raw: pd.DataFrame, base: dict) -> dict:
+    oh = dict(base)
+    la = _pts(raw, part="launch")
+    eager = la[(la.op == "empty_kernel_eager") & la.impl.str.startswith("aten") &
+               (la.timer == "cuda_events")]
+    graph = la[(la.op == "empty_kernel_graph") & la.impl.str.startswith("aten")]
+    if not eager.empty:
+        oh["launch_us_per_kernel"] = round(float(eager.median_us.median()), 3)
+    if not graph.empty:
+        oh["graph_us_per_kernel"] = round(float(graph.median_us.median()), 3)
+    oh["source"] = ("launch costs measured (empty PyTorch kernel chains, eager vs CUDA graph); "
+                    "iteration_us and per_seq_us still assumed (no serving engine measured)")
+    return oh
+
+
+def build_gpu(raw_dir: Path, name: str) -> dict:
+    raw = read_raw(raw_dir)
+    meta = _meta(raw_dir)
+    base = derive.gpu_profile(name)
+    prof = {k: base[k] for k in ("schema", "name", "kind")}
+    prof["provenance"] = _prov(raw_dir, meta, "kernel timings fitted into monotone knot tables "
+                               "and grids (simserve/calibrate/tables.py)")
+    prof["spec"] = base["spec"]
+    prof["overheads"] = _overheads(raw, base["overheads"])
+    varlen = _varlen(raw)
+    ops = {}
+    for m in CATALOG:
+        ops[m] = {}
+        for tp in derive.GPU_TP:
+            t = gpu_tables(raw, m, tp)
+            if t is None:
+                t = dict(base["ops"][m][f"tp{tp}"], source="derived (roofline; not measured)")
+                ops[m][f"tp{tp}"] = t
+                continue
+            pg = _prefill_grid(raw, m, tp)
+            dg = _decode_grid(raw, m, tp)
+            t["prefill_attn"] = dict(kind="grid", **pg[0].to_yaml(), source=pg[1])
+            t["decode_attn"] = dict(kind="grid", **dg[0].to_yaml(), source=dg[1])
+            if varlen:
+                kv_ratio = get_model(m).heads_per_rank(tp)[1] / 8
+                t["varlen_decode"] = dict(varlen, per_context_token=float(
+                    f"{varlen['per_context_token'] * kv_ratio:.6g}"))
+            ops[m][f"tp{tp}"] = t
+    prof["ops"] = ops
+    return prof
+
+
+# -- CPU -----------------------------------------------------------------------------------
+def build_cpu(raw_dir: Path, name: str) -> dict:
+    raw = read_raw(raw_dir)
+    meta = _meta(raw_dir)
+    base = derive.cpu_profile(name)
+    prof = {k: base[k] for k in ("schema", "name", "kind")}
+    prof["provenance"] = _prov(raw_dir, meta, "bf16 oneDNN (AMX) dense ops and SDPA decode "
+                               "attention; fastest implementation per point")
+    prof["spec"] = dict(base["spec"], cpu_model=meta.get("cpu_model"))
+    prof["overheads"] = base["overheads"]
+    cpu = _pts(raw, part="cpu")
+    ops: dict = {}
+    for (m, threads), g in cpu.groupby(["model", "threads"]):
+        best = g.groupby(["op", "tokens", "batch", "context"], dropna=False).median_us.min()
+        best = best.reset_index()
+        tokens = np.sort(best[best.op == "qkv"].tokens.unique())
+        t: dict = {"source": "measured", "tokens": [int(x) for x in tokens]}
+        for op in (*DENSE, "lm_head"):
+            pts = best[best.op == op]
+            t[f"{op}_us"] = _r(fit_curve(op, pts.tokens, pts.median_us)(tokens))
+        da = best[best.op == "decode_attn"]
+        if not da.empty:
+            t["decode_attn"] = dict(kind="grid", **fit_grid("cpu_decode", da.batch, da.context,
+                                                             da.median_us, "batch",
+                                                             "context").to_yaml())
+        ops.setdefault(m, {})[f"cores{int(threads)}"] = t
+    prof["ops"] = ops
+    return prof
+
+
+# -- links ---------------------------------------------------------------------------------
+def build_link(raw_dir: Path, name: str) -> dict:
+    raw = read_raw(raw_dir)
+    meta = _meta(raw_dir)
+    base = derive.link_profile(name)
+    prof = {k: base[k] for k in ("schema", "name", "kind")}
+    prof["provenance"] = _prov(raw_dir, meta, "cudaMemcpyAsync copies, GPU time by CUDA events; "
+                               "latency + bytes/bandwidth fitted by non-negative least squares")
+    prof["spec"] = base["spec"]
+    link = dict(base["link"])
+    tables = {}
+    for direction in ("h2d", "d2h"):
+        for mem in ("pinned", "pageable"):
+            timer = "cuda_events" if mem == "pinned" else "wall"
+            d = _pts(raw, part="links", op=f"{direction}_{mem}", timer=timer)
+            if d.empty:
+                continue
+            A = np.stack([np.ones(len(d)), d.bytes.to_numpy(float)], 1)
+            (lat, per_byte), _ = nnls(A, d.median_us.to_numpy(float))
+            gbps = 1e-3 / per_byte if per_byte > 0 else float("inf")
+            if mem == "pinned":
+                link[f"{direction}_gbps"] = round(float(gbps), 2)
+                link[f"{direction}_latency_us"] = round(float(lat), 3)
+            else:
+                link[f"{direction}_{mem}_gbps"] = round(float(gbps), 2)
+            c = fit_curve(f"{direction}_{mem}", d.bytes, d.median_us)
+            tables[f"{direction}_{mem}"] = {"bytes": [int(v) for v in c.x], "us": _r(c.y)}
+    link["latency_us"] = float(max(link.get("h2d_latency_us", 0), link.get("d2h_latency_us", 0)))
+    bi = _pts(raw, part="links", op="bidir_concurrent_total")
+    if not bi.empty:
+        # `bytes` counts both directions together
+        link["bidir_total_gbps"] = round(float((bi.bytes / bi.median_us / 1e3).max()), 2)
+    prof["link"] = link
+    prof["copy_tables"] = tables
+    return prof
+
+
+def _r(a) -> list[float]:
+    return [float(f"{v:.6g}") for v in np.asarray(a, dtype=np.float64)]
