@@ -34,6 +34,8 @@ DENSE_TOKENS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160,
                 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384]
 DENSE_CONTEXTS = [0, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
                   12288, 16384, 24576, 32768]
+DENSE_CPU_TOKENS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
+                    1024]
 DENSE_DEC_CTX = [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
                  12288, 16384, 24576, 32768]
 
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
 
     carry = 0.0
     for part in parts:
-        own = BUDGET_S[part] * (0.2 if sm else (2.0 if dg else 1.0))
+        own = BUDGET_S[part] * (0.2 if sm else ((3.0 if part == "cpu" else 2.0) if dg else 1.0))
         budget = Budget(own + carry, deadline)
         log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
         status = "ok"
@@ -189,14 +191,19 @@ def main(argv=None) -> int:
                     share = budget.left() / (len(ths) - i)
                     b1 = Budget(share * 0.65, deadline)
                     cpu_ops.cpu_dense(s, b1, checks, th, L8,
-                                      tokens=[1, 8, 64] if sm else cpu_ops.CPU_TOKENS,
-                                      target_s=0.02 if sm else 0.1)
+                                      tokens=[1, 8, 64] if sm else (
+                                          DENSE_CPU_TOKENS if dg else cpu_ops.CPU_TOKENS),
+                                      target_s=0.02 if sm else (0.25 if dg else 0.1))
                     b2 = Budget(share - b1.used(), deadline)
                     cpu_ops.cpu_attn(s, b2, checks, th, L8,
-                                     batches=(1, 4) if sm else (1, 4, 16, 64, 256, 512),
-                                     contexts=(128, 512) if sm else (128, 512, 2048, 8192, 16384),
+                                     batches=(1, 4) if sm else (
+                                         (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if dg
+                                         else (1, 4, 16, 64, 256, 512)),
+                                     contexts=(128, 512) if sm else (
+                                         (128, 256, 512, 1024, 2048, 4096, 8192, 16384) if dg
+                                         else (128, 512, 2048, 8192, 16384)),
                                      max_tokens=(1 << 14) if sm else (4 << 20),
-                                     target_s=0.02 if sm else 0.1)
+                                     target_s=0.02 if sm else (0.2 if dg else 0.1))
                 meta["parts"]["cpu_threads"] = ths
             elif part == "launch":
                 if device != "cuda":

@@ -1,0 +1,124 @@
+"""Derive a profile for hardware nobody here can run from a measured one, by datasheet ratios.
+
+Every table point of the measured device is split into a fixed part (the kernel floor: 80 % of
+the table's smallest time, at most 4 µs) and a part that follows the roofline. The roofline part
+is scaled by max(F/P', B/W') / max(F/P, B/W) at that point — FLOPs F and bytes B of the op at
+that point, peak bf16 rate P and memory bandwidth W of the measured (unprimed) and target
+(primed) devices from their datasheets — so compute-bound regimes scale by the peak-FLOPs
+ratio and memory-bound regimes by the bandwidth ratio, and the measured efficiency carries over.
+
+    python -m simserve.hardware.rescale --from h200-sxm --to h100-sxm h20 rtx4090
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+
+import numpy as np
+
+from simserve.hardware import datasheets as ds
+from simserve.hardware.derive import gpu_profile, write_profile
+from simserve.hardware.profile import REPO_ROOT, load_profile
+from simserve.models import DTYPE_BYTES, get_model
+
+FLOOR_FRACTION, FLOOR_MAX_US = 0.8, 4.0
+
+
+def _scale(t, flops, nbytes, src: tuple[float, float], dst: tuple[float, float]):
+    t = np.asarray(t, dtype=np.float64)
+    floor = min(FLOOR_FRACTION * float(t.min()), FLOOR_MAX_US)
+    r_src = np.maximum(flops / src[0], nbytes / src[1])
+    r_dst = np.maximum(flops / dst[0], nbytes / dst[1])
+    ratio = np.where(r_src > 0, r_dst / np.where(r_src > 0, r_src, 1.0), 1.0)
+    return floor + (t - floor) * ratio
+
+
+def _r(a):
+    return [float(f"{v:.6g}") for v in np.asarray(a, dtype=np.float64).ravel()]
+
+
+def rescale_ops(t: dict, model: str, tp: int, src, dst) -> dict:
+    m = get_model(model)
+    out = copy.deepcopy(t)
+    tok = np.asarray(t["tokens"], dtype=np.float64)
+    gemms = {g.name: g for g in (*m.gemms(tp), m.lm_head(tp))}
+    for name, g in gemms.items():
+        F = 2.0 * tok * g.k * g.n
+        B = (g.k * g.n + tok * (g.k + g.n)) * DTYPE_BYTES
+        out[f"{name}_us"] = _r(_scale(t[f"{name}_us"], F, B, src, dst))
+    nh, nkv = m.heads_per_rank(tp)
+    hd = m.head_dim
+    per_tok = (2 * 4 * m.hidden + 3 * (nh + nkv) * hd + 3 * m.ffn // tp) * DTYPE_BYTES
+    out["elementwise_us"] = _r(_scale(t["elementwise_us"], 0.0 * tok, tok * per_tok, src, dst))
+    pa = t["prefill_attn"]
+    if pa.get("kind") == "grid":
+        c = np.asarray(pa["chunk"], float)[:, None]
+        x = np.asarray(pa["context"], float)[None, :]
+        F = 4.0 * nh * hd * c * (x + (c + 1) / 2)
+        B = (2 * c * nh + 2 * (x + c) * nkv) * hd * DTYPE_BYTES
+        us = _scale(pa["us"], F, B, src, dst)
+        out["prefill_attn"]["us"] = [_r(row) for row in us]
+    da = t["decode_attn"]
+    if da.get("kind") == "grid":
+        b = np.asarray(da["batch"], float)[:, None]
+        x = np.asarray(da["context"], float)[None, :]
+        F = 4.0 * nh * hd * b * x
+        B = 2.0 * b * x * nkv * hd * DTYPE_BYTES
+        us = _scale(da["us"], F, B, src, dst)
+        out["decode_attn"]["us"] = [_r(row) for row in us]
+    if "varlen_decode" in t:
+        v = dict(t["varlen_decode"])
+        v["per_context_token"] = float(f"{v['per_context_token'] * src[1] / dst[1]:.6g}")
+        out["varlen_decode"] = v
+    out["source"] = f"derived from {t.get('source', 'measured')} tables by datasheet ratios"
+    return out
+
+
+def rescale_gpu(src_name: str, dst_name: str) -> dict:
+    src_p = load_profile(src_name, expect_kind="gpu")
+    if src_p.provenance_type != "measured":
+        raise ValueError(f"{src_name} is not a measured profile")
+    s, d = ds.GPUS[src_name], ds.GPUS[dst_name]
+    src = (s["bf16_tflops"] * 1e12, s["mem_bandwidth_gbps"] * 1e9)
+    dst = (d["bf16_tflops"] * 1e12, d["mem_bandwidth_gbps"] * 1e9)
+    roof = gpu_profile(dst_name)  # for tables the measured profile does not have
+    prof = {k: roof[k] for k in ("schema", "name", "kind", "spec")}
+    prof["provenance"] = {
+        "type": "derived",
+        "method": (f"measured {src_name} tables scaled point by point: compute-bound part by "
+                   f"bf16 peak {d['bf16_tflops']}/{s['bf16_tflops']} TFLOPS, memory-bound part by "
+                   f"bandwidth {d['mem_bandwidth_gbps']}/{s['mem_bandwidth_gbps']} GB/s, kernel "
+                   f"floor kept (simserve/hardware/rescale.py)"),
+        "from": src_name,
+        "from_provenance": {k: src_p.provenance.get(k) for k in ("device", "measured", "command")},
+        "generated_by": f"python -m simserve.hardware.rescale --from {src_name} --to {dst_name}",
+        "date": _dt.date.today().isoformat(),
+    }
+    prof["overheads"] = dict(src_p.overheads, source=f"host costs as measured/assumed for {src_name}")
+    ops = {}
+    for model, per_tp in src_p.raw_ops.items():
+        ops[model] = {}
+        for key, t in per_tp.items():
+            if str(t.get("source", "")).startswith("derived"):
+                ops[model][key] = roof["ops"][model][key]
+            else:
+                ops[model][key] = rescale_ops(t, model, int(key[2:]), src, dst)
+    prof["ops"] = ops
+    return prof
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--from", dest="src", default="h200-sxm")
+    ap.add_argument("--to", nargs="+", default=["h100-sxm", "h20", "rtx4090"])
+    ap.add_argument("--out", default=str(REPO_ROOT / "hwprofiles"))
+    args = ap.parse_args(argv)
+    from pathlib import Path
+    for name in args.to:
+        print(write_profile(rescale_gpu(args.src, name), Path(args.out) / f"{name}.yaml"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
