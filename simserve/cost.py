@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simserve.hardware.profile import HardwareProfile
+from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
 
@@ -87,6 +87,9 @@ class GpuCostModel:
     def _allreduce_fn(self, nvlink):
         if self.tp == 1:
             return None
+        table = link_curve(nvlink, f"allreduce_ranks{self.tp}")
+        if table is not None:  # measured at this rank count: use the table
+            return table
         ln = nvlink.link
         lat = float(ln.get("collective_latency_us", ln.get("latency_us", 0.0)))
         busbw = float(ln["allreduce_busbw_gbps"]) * 1e9
@@ -94,8 +97,11 @@ class GpuCostModel:
         return lat, scale
 
     def allreduce_us(self, tokens):
+        """One all-reduce of `tokens` hidden vectors across the TP group (µs)."""
         if self._ar is None:
             return 0.0 * np.asarray(tokens, dtype=np.float64)
+        if callable(self._ar):
+            return self._ar(np.asarray(tokens, dtype=np.float64) * self.model.hidden * DTYPE_BYTES)
         lat, scale = self._ar
         return lat + scale * np.asarray(tokens, dtype=np.float64)
 

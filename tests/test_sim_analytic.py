@@ -42,21 +42,36 @@ def test_single_prefill_server_matches_md1_waiting_time():
 
 
 def test_decode_step_is_weight_streaming_bound_at_batch_one():
-    # roofline: at batch 1 a decode step reads every weight once; the derived H100 profile
-    # runs memory-bound ops at 0.85 of 3.35 TB/s, plus per-iteration host overheads
+    # roofline: at batch 1 a decode step reads every weight once, so it cannot beat the
+    # datasheet bandwidth (3.35 TB/s on an H100), and it is far from compute-bound
     cost = GpuCostModel(M8, H100.gpu, 1, None)
     t = cost.decode_only_s(1, 100)
-    stream = M8.weight_bytes / (3.35e12 * 0.85)
-    assert stream < t < stream * 1.25
+    stream = M8.weight_bytes / 3.35e12
+    assert stream < t < 2 * stream
+
+
+def test_decode_step_prediction_against_measured_cuda_graph_step():
+    # the H200 calibration timed whole 32-layer Llama-3.1-8B decode steps (context 1024)
+    # replayed from a CUDA graph; the sum of separately timed kernels over-predicts small
+    # batches (about +12 % at batch 1: in-graph kernels overlap their launch latency)
+    import pandas as pd
+    from simserve.hardware.profile import REPO_ROOT, load_profile
+    raw = pd.read_csv(REPO_ROOT / "hwprofiles/raw/h200-sxm/launch.csv")
+    steps = raw[(raw.op == "decode_step_graph") & (raw.timer == "cuda_events")]
+    cost = GpuCostModel(M8, load_profile("h200-sxm"), 1, None)
+    for b, measured_us in zip(steps.batch.astype(int), steps.median_us):
+        host = cost.iter_us + cost.per_seq_us * b + cost.graph_us
+        gpu_us = cost.decode_only_s(b, b * 1025) * 1e6 - host
+        assert abs(gpu_us - measured_us) / measured_us < 0.15, (b, gpu_us, measured_us)
 
 
 def test_tensor_parallelism_shrinks_dense_time_and_adds_allreduce():
     c1 = GpuCostModel(M8, H100.gpu, 1, None)
     c4 = GpuCostModel(M8, H100.gpu, 4, H100.nvlink)
     for tokens in (1, 256, 8192):
-        assert c4.dense_layer_us(tokens) < c1.dense_layer_us(tokens)
-    big = c1.dense_layer_us(8192) / c4.dense_layer_us(8192)
-    assert 2.5 < big < 4.0  # compute-bound GEMMs split 4 ways, minus the all-reduces
+        # faster than one GPU, never better than perfect 4-way scaling
+        assert c1.dense_layer_us(tokens) / 4 < c4.dense_layer_us(tokens) < c1.dense_layer_us(tokens)
+    assert c4.allreduce_us(8192) > c4.allreduce_us(1) > 0
 
 
 def test_step_time_is_monotone_in_tokens_and_context():

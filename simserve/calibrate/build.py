@@ -245,8 +245,7 @@ def build_link(raw_dir: Path, name: str) -> dict:
             d = _pts(raw, part="links", op=f"{direction}_{mem}", timer=timer)
             if d.empty:
                 continue
-            A = np.stack([np.ones(len(d)), d.bytes.to_numpy(float)], 1)
-            (lat, per_byte), _ = nnls(A, d.median_us.to_numpy(float))
+            lat, per_byte = _fit_latency_bw(d.bytes, d.median_us)
             gbps = 1e-3 / per_byte if per_byte > 0 else float("inf")
             if mem == "pinned":
                 link[f"{direction}_gbps"] = round(float(gbps), 2)
@@ -263,6 +262,54 @@ def build_link(raw_dir: Path, name: str) -> dict:
     prof["link"] = link
     prof["copy_tables"] = tables
     return prof
+
+
+def build_nvlink(raw_dir: Path, name: str) -> dict:
+    """NVLink profile from `collectives.csv` (NCCL between two GPUs of one host)."""
+    raw = read_raw(raw_dir)
+    meta = _meta(raw_dir)
+    base = derive.link_profile(name)
+    prof = {k: base[k] for k in ("schema", "name", "kind")}
+    prof["provenance"] = _prov(raw_dir, meta, "NCCL collectives between 2 GPUs, max over ranks "
+                               "of back-to-back loops; latency + bytes/bus-bandwidth fitted by NNLS")
+    prof["spec"] = base["spec"]
+    link = dict(base["link"])
+    tables = {}
+    col = _pts(raw, part="collectives")
+    n = 2
+
+    def fit(op: str, impl_prefix: str, factor: float):
+        d = col[(col.op == op) & col.impl.str.startswith(impl_prefix)]
+        d = d[~d.impl.str.contains("second pass|host-bound|graph")]
+        if d.empty:
+            return None
+        lat, per_byte = _fit_latency_bw(d.bytes, d.median_us)
+        c = fit_curve(op, d.bytes, d.median_us)
+        tables[f"{op}_ranks{n}"] = {"bytes": [int(v) for v in c.x], "us": _r(c.y)}
+        return float(lat), float(factor * 1e-3 / per_byte)
+
+    ar = fit("allreduce", "nccl all_reduce", 2 * (n - 1) / n)
+    if ar:
+        link["collective_latency_us"], link["allreduce_busbw_gbps"] = round(ar[0], 3), round(ar[1], 1)
+    a2a = fit("alltoall", "nccl all_to_all", (n - 1) / n)
+    if a2a:
+        link["alltoall_latency_us"], link["alltoall_busbw_gbps"] = round(a2a[0], 3), round(a2a[1], 1)
+    p2p = fit("p2p_copy", "tensor.copy_", 1.0)
+    if p2p:
+        link["latency_us"], link["p2p_gbps"] = round(p2p[0], 3), round(p2p[1], 1)
+    link["measured_ranks"] = n
+    prof["link"] = link
+    prof["copy_tables"] = tables
+    return prof
+
+
+def _fit_latency_bw(nbytes, us) -> tuple[float, float]:
+    """t = latency + bytes·per_byte, non-negative, minimising relative (not absolute) error
+    so that small transfers fix the latency and large ones the bandwidth."""
+    t = np.asarray(us, dtype=np.float64)
+    A = np.stack([np.ones(len(t)), np.asarray(nbytes, dtype=np.float64)], 1) / t[:, None]
+    (lat, per_byte), _ = nnls(A, np.ones(len(t)))
+    return float(lat), float(per_byte)
 
 
 def _r(a) -> list[float]:

@@ -71,6 +71,10 @@ def check_errors(p: HardwareProfile) -> pd.DataFrame:
     else:
         ln = raw[(raw.part == "links") & raw.op.str.endswith("pinned") & (raw.timer == "cuda_events")]
         rows += _rows("copy_pinned", ln.groupby("op"), _one_d("bytes", "median_us"))
+        col = raw[(raw.part == "collectives") &
+                  ~raw.impl.str.contains("second pass|host-bound|graph|both ways|batch_isend")]
+        for op, d in col.groupby("op"):
+            rows += _rows(op, d.groupby("impl"), _one_d("bytes", "median_us"))
     return pd.DataFrame(rows)
 
 

@@ -36,16 +36,16 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from simserve.calibrate.build import build_cpu, build_gpu, build_link
+    from simserve.calibrate.build import build_cpu, build_gpu, build_link, build_nvlink
     from simserve.hardware.derive import write_profile
     raw = Path(args.raw)
     if not raw.is_dir():
         raise SimserveError(f"--raw {raw}: no such folder")
     out = Path(args.out)
     jobs = [(n, f) for n, f in ((args.gpu, build_gpu), (args.cpu, build_cpu),
-                                (args.link, build_link)) if n]
+                                (args.link, build_link), (args.nvlink, build_nvlink)) if n]
     if not jobs:
-        raise SimserveError("name at least one of --gpu, --cpu, --link")
+        raise SimserveError("name at least one of --gpu, --cpu, --link, --nvlink")
     for name, build in jobs:
         print(write_profile(build(raw, name), out / f"{name}.yaml"))
     return 0
@@ -67,5 +67,7 @@ def register(sub) -> None:
     f.add_argument("--gpu", help="GPU profile name to write, e.g. h200-sxm")
     f.add_argument("--cpu", help="CPU profile name to write, e.g. xeon-emr")
     f.add_argument("--link", help="host link profile name to write, e.g. pcie5-x16")
+    f.add_argument("--nvlink", help="GPU-GPU link profile to write from collectives.csv, e.g. "
+                   "nvlink4 (raw folder of a multi-GPU run)")
     f.add_argument("--out", default=str(REPO_ROOT / "hwprofiles"))
     f.set_defaults(handler=_fit)

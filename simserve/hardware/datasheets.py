@@ -80,7 +80,10 @@ CPUS: dict[str, dict] = {
 
 # CPU efficiencies: LIA (ISCA'25) measured ~20 TFLOPS bf16 AMX GEMM on Sapphire Rapids, about
 # 15-20% of nominal peak; STREAM-like bandwidth is typically 70-85% of DDR peak (notes §3.1).
-CPU_EFFICIENCY = {"amx": 0.18, "memory": 0.70, "kernel_floor_us": 10.0}
+# A few cores cannot saturate the socket: per-core streaming bandwidth on Sapphire/Emerald
+# Rapids is roughly 10-15 GB/s (assumed, not measured here), so achievable bandwidth is
+# min(memory x DRAM peak, cores x per_core_gbps).
+CPU_EFFICIENCY = {"amx": 0.18, "memory": 0.70, "per_core_gbps": 12.0, "kernel_floor_us": 10.0}
 CPU_OVERHEADS = {"iteration_us": 200.0, "per_seq_us": 2.0,
                  "source": "assumed; replaced by `simserve calibrate`"}
 

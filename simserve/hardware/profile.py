@@ -67,6 +67,7 @@ class HardwareProfile:
     overheads: dict = field(default_factory=dict)
     link: dict = field(default_factory=dict)
     raw_ops: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)  # links: measured copy / collective tables
     _ops_cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -110,6 +111,12 @@ class HardwareProfile:
             raise ConfigError(f"{where}: missing field {exc.args[0]!r}") from None
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+
+def link_curve(p: HardwareProfile, key: str) -> Curve | None:
+    """A measured time-vs-bytes table of a link profile (e.g. `allreduce_ranks2`), if present."""
+    t = p.tables.get(key)
+    return Curve.from_lists(f"{p.name}/{key}", t["bytes"], t["us"]) if t else None
 
 
 def load_profile(name_or_path: str | Path, expect_kind: str | None = None) -> HardwareProfile:
@@ -167,4 +174,4 @@ def _parse(p: Path, expect_kind: str | None) -> HardwareProfile:
         raise ConfigError(f"{p}: provenance.type: expected 'measured' or 'derived'")
     return HardwareProfile(name=d["name"], kind=kind, path=p, provenance=prov, spec=d["spec"],
                            overheads=d.get("overheads") or {}, link=d.get("link") or {},
-                           raw_ops=d.get("ops") or {})
+                           raw_ops=d.get("ops") or {}, tables=d.get("copy_tables") or {})

@@ -108,13 +108,128 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
     return prof
 
 
+def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) -> dict:
+    """CPU tables measured at `src_cores` threads, scaled to `dst_cores` cores of another CPU.
+    Source peaks are the measured ceilings (best dense FLOP rate, host copy bandwidth);
+    target peaks are datasheet × the derived profiles' efficiencies (datasheets.py)."""
+    src_p = load_profile(src_name, expect_kind="cpu")
+    if src_p.provenance_type != "measured":
+        raise ValueError(f"{src_name} is not a measured profile")
+    from simserve.calibrate.tables import read_raw  # measured ceilings live with the raw points
+    raw = read_raw(REPO_ROOT / src_p.provenance["raw"])
+    cpu = raw[(raw.part == "cpu") & (raw.threads == src_cores)]
+    copy_gbps = float((cpu[cpu.op == "stream_copy"].bytes / cpu[cpu.op == "stream_copy"].median_us
+                       / 1e3).max())
+    dense = cpu[cpu.op.isin(["qkv", "o", "gate_up", "down", "lm_head"]) & (cpu.tokens >= 256)]
+    flops = float((dense.flops / dense.median_us * 1e6).max())
+    d = ds.CPUS[dst_name]
+    eff = ds.CPU_EFFICIENCY
+    src = (flops, copy_gbps * 1e9)
+    dst = (dst_cores * d["base_ghz"] * 1e9 * d["amx_bf16_flop_per_cycle_per_core"] * eff["amx"],
+           min(d["dram_gbps_peak"] * eff["memory"], dst_cores * eff["per_core_gbps"]) * 1e9)
+    roof = derive_cpu(dst_name)
+    prof = {k: roof[k] for k in ("schema", "name", "kind", "spec")}
+    prof["provenance"] = {
+        "type": "derived",
+        "method": (f"measured {src_name} tables at {src_cores} threads (ceilings: "
+                   f"{flops / 1e12:.2f} TFLOP/s dense, {copy_gbps:.1f} GB/s copy) scaled to "
+                   f"{dst_cores} cores of {dst_name} (datasheet x efficiency: "
+                   f"{dst[0] / 1e12:.2f} TFLOP/s, {dst[1] / 1e9:.0f} GB/s)"),
+        "from": src_name,
+        "generated_by": f"python -m simserve.hardware.rescale --cpu {src_name}:{src_cores} "
+                        f"{dst_name}:{dst_cores}",
+        "date": _dt.date.today().isoformat(),
+    }
+    prof["overheads"] = roof["overheads"]
+    ops = {}
+    for model, per in src_p.raw_ops.items():
+        t = per.get(f"cores{src_cores}")
+        if t is None:
+            continue
+        m = get_model(model)
+        out = copy.deepcopy(t)
+        tok = np.asarray(t["tokens"], dtype=np.float64)
+        for g in (*m.gemms(1), m.lm_head(1)):
+            F = 2.0 * tok * g.k * g.n
+            B = (g.k * g.n + tok * (g.k + g.n)) * DTYPE_BYTES
+            out[f"{g.name}_us"] = _r(_scale(t[f"{g.name}_us"], F, B, src, dst))
+        if "decode_attn" in t:
+            da = t["decode_attn"]
+            b = np.asarray(da["batch"], float)[:, None]
+            x = np.asarray(da["context"], float)[None, :]
+            nh, nkv = m.heads_per_rank(1)
+            us = _scale(da["us"], 4.0 * nh * m.head_dim * b * x,
+                        2.0 * b * x * nkv * m.head_dim * DTYPE_BYTES, src, dst)
+            out["decode_attn"] = dict(da, us=[_r(row) for row in us])
+        out["source"] = "derived from measured tables by ceiling ratios"
+        ops[model] = {f"cores{dst_cores}": out}
+    prof["ops"] = ops
+    return prof
+
+
+def rescale_link(src_name: str, dst_name: str) -> dict:
+    """A host link scaled from a measured one by the ratio of theoretical per-direction rates;
+    latencies kept."""
+    from simserve.hardware.derive import link_profile
+    src_p = load_profile(src_name, expect_kind="link")
+    ratio = ds.LINKS[dst_name]["theoretical_gbps_per_dir"] / ds.LINKS[src_name]["theoretical_gbps_per_dir"]
+    base = link_profile(dst_name)
+    prof = {k: base[k] for k in ("schema", "name", "kind", "spec")}
+    prof["provenance"] = {
+        "type": "derived",
+        "method": f"measured {src_name} bandwidths x {ratio:.3f} (theoretical per-direction rate "
+                  f"{ds.LINKS[dst_name]['theoretical_gbps_per_dir']} / "
+                  f"{ds.LINKS[src_name]['theoretical_gbps_per_dir']} GB/s); latencies kept",
+        "from": src_name,
+        "generated_by": f"python -m simserve.hardware.rescale --link {src_name} {dst_name}",
+        "date": _dt.date.today().isoformat(),
+    }
+    prof["link"] = {k: (round(v * ratio, 2) if k.endswith("_gbps") else v)
+                    for k, v in src_p.link.items()}
+    tables = {}
+    for key, t in src_p.tables.items():
+        us = np.asarray(t["us"], dtype=np.float64)
+        lat = float(us.min())
+        tables[key] = {"bytes": t["bytes"], "us": _r(lat + (us - lat) / ratio)}
+    prof["copy_tables"] = tables
+    return prof
+
+
+def derive_cpu(name: str) -> dict:
+    from simserve.hardware.derive import cpu_profile
+    return cpu_profile(name)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--from", dest="src", default="h200-sxm")
     ap.add_argument("--to", nargs="+", default=["h100-sxm", "h20", "rtx4090"])
+    ap.add_argument("--cpu", nargs="*", metavar="NAME:CORES",
+                    help="CPU mode: SOURCE:THREADS then TARGET:CORES pairs, e.g. "
+                         "xeon-emr:12 xeon-silver-4510:12")
+    ap.add_argument("--link", nargs="*", metavar="NAME", help="link mode: SOURCE TARGET...")
     ap.add_argument("--out", default=str(REPO_ROOT / "hwprofiles"))
     args = ap.parse_args(argv)
     from pathlib import Path
+    if args.link:
+        src, *targets = args.link
+        for name in targets:
+            print(write_profile(rescale_link(src, name), Path(args.out) / f"{name}.yaml"))
+        return 0
+    if args.cpu:
+        (src, sc), *targets = [(a.split(":")[0], int(a.split(":")[1])) for a in args.cpu]
+        merged: dict[str, dict] = {}
+        for name, cores in targets:  # several core counts of one CPU go into one profile
+            prof = rescale_cpu(src, name, sc, cores)
+            if name in merged:
+                for model, per in prof["ops"].items():
+                    merged[name]["ops"].setdefault(model, {}).update(per)
+                merged[name]["provenance"]["method"] += "; " + prof["provenance"]["method"]
+            else:
+                merged[name] = prof
+        for name, prof in merged.items():
+            print(write_profile(prof, Path(args.out) / f"{name}.yaml"))
+        return 0
     for name in args.to:
         print(write_profile(rescale_gpu(args.src, name), Path(args.out) / f"{name}.yaml"))
     return 0
