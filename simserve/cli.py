@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except SimserveError as exc:
         print(f"simserve: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("simserve: interrupted", file=sys.stderr)
         return 130

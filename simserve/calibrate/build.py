@@ -185,10 +185,13 @@ def build_gpu(raw_dir: Path, name: str) -> dict:
                 t = dict(base["ops"][m][f"tp{tp}"], source="derived (roofline; not measured)")
                 ops[m][f"tp{tp}"] = t
                 continue
+            roof = base["ops"][m][f"tp{tp}"]
             pg = _prefill_grid(raw, m, tp)
             dg = _decode_grid(raw, m, tp)
-            t["prefill_attn"] = dict(kind="grid", **pg[0].to_yaml(), source=pg[1])
-            t["decode_attn"] = dict(kind="grid", **dg[0].to_yaml(), source=dg[1])
+            t["prefill_attn"] = (dict(kind="grid", **pg[0].to_yaml(), source=pg[1]) if pg
+                                 else dict(roof["prefill_attn"], source="derived (roofline)"))
+            t["decode_attn"] = (dict(kind="grid", **dg[0].to_yaml(), source=dg[1]) if dg
+                                else dict(roof["decode_attn"], source="derived (roofline)"))
             if varlen:
                 kv_ratio = get_model(m).heads_per_rank(tp)[1] / 8
                 t["varlen_decode"] = dict(varlen, per_context_token=float(

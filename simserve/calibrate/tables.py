@@ -27,7 +27,14 @@ def read_raw(folder: str | Path) -> pd.DataFrame:
     if not files:
         raise FileNotFoundError(f"{folder}: no raw calibration CSVs")
     frames = [pd.read_csv(f).assign(file=f.name) for f in files]
-    return pd.concat(frames, ignore_index=True)
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("part", "model", "op", "impl", "timer", "note"):  # text columns of the schema
+        df[col] = df[col].fillna("").astype(str) if col in df else ""
+    for col in ("tp", "tokens", "batch", "context", "context_sum", "chunk", "bytes", "flops",
+                "threads", "median_us"):
+        if col not in df:
+            df[col] = np.nan
+    return df
 
 
 def monotone_1d(x, y) -> tuple[np.ndarray, np.ndarray]:

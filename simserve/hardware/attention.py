@@ -21,7 +21,7 @@ class PrefillWork:
     kind = "work"
 
     def __init__(self, name: str, m: dict):
-        self.curve = Curve.from_lists(name, m["work"], m["us"])
+        self.curve = Curve.from_lists(name, m["work"], m["us"])  # extra keys (source) ignored
         self.per_request_us = float(m.get("per_request_us", 0.0))
 
     def us(self, chunks: np.ndarray, ctxs: np.ndarray) -> float:

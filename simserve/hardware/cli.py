@@ -39,6 +39,41 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if ok or not args.strict else 1
 
 
+def _controls(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from simserve.hardware import controls as C
+    from simserve.models import get_model
+    m = get_model(args.model)
+    gpu = load_profile(args.name, expect_kind="gpu")
+    print(f"{gpu.name} ({gpu.provenance_type}), {m.name}, TP{args.tp}")
+    limit = C.gpu_token_limit_from(gpu, m, args.tp)
+    print(f"  GPU batched-token limit (isotonic plateau, K=5, delta=1%): {limit}")
+    if not args.cpu:
+        return 0
+    cpu = load_profile(args.cpu, expect_kind="cpu")
+    cores = args.cores or (cpu.cpu_core_counts(m.name) or [None])[-1]
+    cops = cpu.cpu_ops(m.name, cores)
+    print(f"{cpu.name} ({cpu.provenance_type}), {cores} cores")
+    print(f"  CPU decode batch limit (throughput maximum over contexts "
+          f"{list(C.CPU_CONTEXTS)}): {C.cpu_batch_limit_from(cops)}")
+    pcie = load_profile(args.pcie or gpu.spec.get("pcie"), expect_kind="link")
+    batches = np.array(C.CPU_BATCHES)
+    wait = args.assist_wait_us
+    if wait is None:
+        wait = C.stage_wait_us(gpu, m, args.tp, limit)
+    rt = C.route_times_from(gpu.ops(m.name, 1), cops, pcie, m, batches, wait_us=wait)
+    scores = C.route_scores(rt, m.num_layers)
+    p, f = C.assist_thresholds(batches, scores, m.num_layers, args.eps)
+    p0, f0 = C.assist_thresholds(batches, scores, m.num_layers, 0.0)
+    print(f"  Dense Assist thresholds over {pcie.name}, stage-boundary wait {wait:.0f} us: "
+          f"(P, F) = ({p}, {f}) at eps={args.eps:g}; exact minimum ({p0}, {f0})")
+    print("  route scores S_r(b) in ms (full / split / fused):")
+    for i, b in enumerate(batches):
+        print(f"    b={b:4d}: " + " / ".join(f"{scores[r, i]:8.2f}" for r in range(3)))
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("profiles", help="hardware profiles: list, show")
     s = p.add_subparsers(dest="profiles_cmd", metavar="ACTION")
@@ -52,3 +87,15 @@ def register(sub) -> None:
     c.add_argument("name")
     c.add_argument("--strict", action="store_true", help="exit 1 when an op misses its bar")
     c.set_defaults(handler=_check)
+    k = s.add_parser("controls", help="DualPace's profile-guided controls for a model")
+    k.add_argument("name", help="GPU profile")
+    k.add_argument("--model", required=True)
+    k.add_argument("--tp", type=int, default=1)
+    k.add_argument("--cpu", help="CPU profile (for the CPU batch limit and Dense Assist)")
+    k.add_argument("--cores", type=int, help="CPU cores (default: the largest in the profile)")
+    k.add_argument("--pcie", help="host link profile (default: the GPU's)")
+    k.add_argument("--eps", type=float, default=0.0025, help="Alg. 1 regret tolerance")
+    k.add_argument("--assist-wait-us", type=float, default=None,
+                   help="mean wait of an assist for the GPU's next stage boundary (App. B q_x); "
+                        "default: half a layer of a batch at the GPU batched-token limit")
+    k.set_defaults(handler=_controls)

@@ -95,3 +95,86 @@ def assist_thresholds(batches, scores, num_layers: int, eps: float = 0.0025) -> 
     ok = [r for r in rows if r[0] <= (1.0 + eps) * best]
     _, _, p, f = min(ok, key=lambda r: (r[1], r[0], r[2], r[3]))
     return p, f
+
+
+# -- inputs from profiles ---------------------------------------------------------------------
+TOKEN_LIMIT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+TOKEN_LIMIT_LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+CPU_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+CPU_CONTEXTS = (64, 128, 256, 512)   # DualPace Fig. 7b's context lengths
+ASSIST_HOST_US = 30.0  # host launch + finalise per assist (assumed; DualPace Fig. 12: 30-40 %
+#                        of an assist's GPU time, whose CUDA segment is 0.6-0.8 ms at b = 256)
+
+
+def gpu_token_limit_from(gpu, model, tp: int = 1, k: int = 5, delta: float = 0.01) -> int:
+    """§4.3: one decoder layer over a (B, L) grid of B prompts of L tokens, throughput
+    n / time grouped by n = B·L, then `gpu_token_limit`."""
+    ops = gpu.ops(model.name, tp)
+    n, thr = [], []
+    for b in TOKEN_LIMIT_BATCHES:
+        for L in TOKEN_LIMIT_LENGTHS:
+            tok = b * L
+            t = sum(float(c(tok)) for c in ops.dense.values())
+            t += b * ops.prefill_attn.us(np.array([L]), np.array([0]))
+            n.append(tok)
+            thr.append(tok / t)
+    return gpu_token_limit(n, thr, k, delta)
+
+
+def stage_wait_us(gpu, model, tp: int, token_limit: int) -> float:
+    """Default q_x: an assist arriving at a random time while the GPU runs layers of a batch
+    at its batched-token limit waits on average half a layer (residual of a busy stage)."""
+    ops = gpu.ops(model.name, tp)
+    layer = sum(float(c(token_limit)) for c in ops.dense.values())
+    layer += float(ops.prefill_attn.us(np.array([token_limit]), np.array([0])))
+    return 0.5 * layer
+
+
+def cpu_layer_us(cpu_ops, batch: int, ctx: float) -> float:
+    dense = sum(float(c(batch)) for c in cpu_ops.dense.values())
+    return dense + float(cpu_ops.decode_attn.us(batch, batch * ctx))
+
+
+def cpu_batch_limit_from(cpu_ops, batches=CPU_BATCHES, contexts=CPU_CONTEXTS) -> int:
+    """§4.3: decode throughput of one CPU layer per batch size, averaged over contexts after
+    normalising each context's curve by its maximum; the batch with the highest mean."""
+    thr = np.array([[b / cpu_layer_us(cpu_ops, b, c) for b in batches] for c in contexts])
+    thr /= thr.max(axis=1, keepdims=True)
+    return cpu_batch_limit(batches, thr.mean(axis=0))
+
+
+def route_times_from(gpu_ops, cpu_ops, pcie, model, batches, host_us: float = ASSIST_HOST_US,
+                     wait_us: float = 0.0):
+    """App. B costs (ms) of the three Dense Assist routes from the profiles: CPU stages from
+    the CPU tables, GPU stages from the GPU tables, activations over the PCIe link. `wait_us`
+    is q_x, the mean wait of an assist for the GPU worker's next stage boundary, which depends
+    on the GPU-main load (App. B measures it; here it is an input)."""
+    h = model.hidden
+    ln = pcie.link
+
+    def h2d(nbytes):
+        return ln["h2d_latency_us" if "h2d_latency_us" in ln else "latency_us"] + nbytes / (
+            ln["h2d_gbps"] * 1e3)
+
+    def d2h(nbytes):
+        return ln["d2h_latency_us" if "d2h_latency_us" in ln else "latency_us"] + nbytes / (
+            ln["d2h_gbps"] * 1e3)
+
+    def arr(f):
+        return np.array([f(b) for b in batches]) / 1e3
+
+    post_cpu = lambda b: sum(float(cpu_ops.dense[o](b)) for o in ("o", "gate_up", "down"))
+    post_gpu = lambda b: sum(float(gpu_ops.dense[o](b)) for o in ("o", "gate_up", "down",
+                                                                  "elementwise"))
+    head_cpu = lambda b: float(cpu_ops.lm_head(b))
+    head_gpu = lambda b: float(gpu_ops.lm_head(b))
+    act = lambda b: b * h * 2  # bf16 activations of b rows
+    return RouteTimes(
+        t_p=arr(post_cpu), t_l=arr(head_cpu),
+        tw_p=arr(lambda b: host_us + wait_us + h2d(act(b)) + post_gpu(b) + d2h(act(b))),
+        tw_ls=arr(lambda b: host_us + wait_us + h2d(act(b)) + head_gpu(b) + d2h(b * 4)),
+        tw_la=arr(lambda b: host_us + wait_us + h2d(act(b)) + post_gpu(b) + head_gpu(b)
+                  + d2h(b * 4)),
+        d_p=arr(lambda b: host_us + post_gpu(b)), d_ls=arr(lambda b: host_us + head_gpu(b)),
+        d_la=arr(lambda b: host_us + post_gpu(b) + head_gpu(b)),
+    )

@@ -58,6 +58,17 @@ class ModelOps:
 
 
 @dataclass(slots=True)
+class CpuOps:
+    """Fitted functions of one model on `cores` CPU cores (per layer, µs)."""
+
+    cores: int
+    dense: dict[str, Curve]   # qkv, o, gate_up, down: f(tokens = decode batch)
+    lm_head: Curve
+    decode_attn: object       # .us(batch, Σ context)
+    source: str
+
+
+@dataclass(slots=True)
 class HardwareProfile:
     name: str
     kind: str
@@ -82,6 +93,32 @@ class HardwareProfile:
         if key not in self._ops_cache:
             self._ops_cache[key] = self._build_ops(model, tp)
         return self._ops_cache[key]
+
+    def cpu_core_counts(self, model: str) -> list[int]:
+        return sorted(int(k[5:]) for k in self.raw_ops.get(model, {}) if k.startswith("cores"))
+
+    def cpu_ops(self, model: str, cores: int) -> CpuOps:
+        """CPU tables at exactly `cores` cores (profiles hold the counts they were built for)."""
+        key = ("cpu", model, cores)
+        if key in self._ops_cache:
+            return self._ops_cache[key]
+        have = self.cpu_core_counts(model)
+        if cores not in have:
+            raise ConfigError(f"{self.path}: ops.{model}: no CPU tables for {cores} cores; "
+                              f"this profile has {have or 'none'} for {model}")
+        t = self.raw_ops[model][f"cores{cores}"]
+        base = f"{self.name}/{model}/cores{cores}"
+        try:
+            dense = {op: Curve.from_lists(f"{base}/{op}", t["tokens"], t[f"{op}_us"])
+                     for op in ("qkv", "o", "gate_up", "down")}
+            lm = Curve.from_lists(f"{base}/lm_head", t["tokens"], t["lm_head_us"])
+            dec = decode_fn(f"{base}/decode_attn", t["decode_attn"])
+        except KeyError as exc:
+            raise ConfigError(f"{self.path}: ops.{model}.cores{cores}: missing field "
+                              f"{exc.args[0]!r}") from None
+        out = CpuOps(cores, dense, lm, dec, str(t.get("source", self.provenance_type)))
+        self._ops_cache[key] = out
+        return out
 
     def _build_ops(self, model: str, tp: int) -> ModelOps:
         where = f"{self.path}: ops"
