@@ -212,6 +212,7 @@ def build_cpu(raw_dir: Path, name: str) -> dict:
     prof["spec"] = dict(base["spec"], cpu_model=meta.get("cpu_model"))
     prof["overheads"] = base["overheads"]
     cpu = _pts(raw, part="cpu")
+    cpu = cpu[cpu.model != ""]  # ceilings (host copy) carry no model
     ops: dict = {}
     for (m, threads), g in cpu.groupby(["model", "threads"]):
         best = g.groupby(["op", "tokens", "batch", "context"], dropna=False).median_us.min()
@@ -227,6 +228,19 @@ def build_cpu(raw_dir: Path, name: str) -> dict:
                                                              da.median_us, "batch",
                                                              "context").to_yaml())
         ops.setdefault(m, {})[f"cores{int(threads)}"] = t
+    # decode attention reads KV: reuse a measured grid of a model with the same KV heads
+    for m, per in ops.items():
+        for key, t in per.items():
+            if "decode_attn" in t:
+                continue
+            kv = get_model(m).num_kv_heads
+            donors = [(m2, p2[key]) for m2, p2 in ops.items() if key in p2 and "decode_attn" in
+                      p2[key] and get_model(m2).num_kv_heads == kv and
+                      get_model(m2).head_dim == get_model(m).head_dim]
+            if donors:
+                m2, t2 = donors[0]
+                t["decode_attn"] = dict(t2["decode_attn"], source=f"measured with {m2} heads "
+                                        f"(same {kv} KV heads x {get_model(m).head_dim})")
     prof["ops"] = ops
     return prof
 

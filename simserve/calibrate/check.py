@@ -60,7 +60,7 @@ def check_errors(p: HardwareProfile) -> pd.DataFrame:
         rows += _rows("decode_attn", da.groupby(["model", "tp"]),
                       lambda d: holdout_errors_grid(d.batch, d.context, d.median_us))
     elif p.kind == "cpu":
-        cpu = raw[raw.part == "cpu"]
+        cpu = raw[(raw.part == "cpu") & (raw.model != "")]
         best = cpu.groupby(["model", "threads", "op", "tokens", "batch", "context"],
                            dropna=False).median_us.min().reset_index()
         for op, d in best[best.op != "decode_attn"].groupby("op"):
@@ -110,3 +110,75 @@ def run_check(name: str) -> tuple[str, bool]:
     p = load_profile(name)
     s = summary(p, check_errors(p))
     return format_summary(name, s), bool(s.ok.all())
+
+
+def plot_profile(name: str, out_dir: Path, model: str | None = None, tp: int = 1) -> list[Path]:
+    """Measured points and fitted tables of a measured profile, one PNG + SVG per figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from simserve.calibrate.tables import fit_curve, fit_grid
+    from simserve.plots import profile_fit_1d, profile_fit_grid
+    p = load_profile(name)
+    raw = read_raw(_raw_dir(p))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def save(fig, stem):
+        for ext in ("png", "svg"):
+            path = out_dir / f"{name}-{stem}.{ext}"
+            fig.savefig(path, dpi=120, bbox_inches="tight")
+            written.append(path)
+        plt.close(fig)
+
+    if p.kind == "gpu":
+        model = model or "llama-3.1-8b"
+        d = raw[raw.part.isin(["gpu_dense", "gpu_elementwise"]) & (raw.model == model) &
+                (raw.tp == tp)]
+        ops = sorted(d.op.unique())
+        fig, axs = plt.subplots(2, (len(ops) + 1) // 2, figsize=(4 * ((len(ops) + 1) // 2), 7))
+        for ax, op in zip(axs.ravel(), ops):
+            g = d[d.op == op]
+            profile_fit_1d(g.tokens, g.median_us, fit_curve(op, g.tokens, g.median_us),
+                           f"{op}, {model} TP{tp}", ax=ax)
+        fig.suptitle(f"{name}: dense and elementwise ops (one layer, one rank)")
+        save(fig, f"dense-{model}-tp{tp}")
+        pa = raw[(raw.op == "prefill_attn") & (raw.model == model) & (raw.tp == tp)]
+        da = raw[(raw.part == "gpu_decode_attn") & (raw.op == "decode_attn") & (raw.tp == tp)]
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        if not pa.empty:
+            profile_fit_grid(pa.chunk, pa.context, pa.median_us,
+                             fit_grid("p", pa.chunk, pa.context, pa.median_us, "chunk", "context"),
+                             f"prefill attention, {model} TP{tp}", ax=a1, x_label="chunk")
+        if not da.empty:
+            profile_fit_grid(da.batch, da.context, da.median_us,
+                             fit_grid("d", da.batch, da.context, da.median_us, "batch", "context"),
+                             f"decode attention (paged), TP{tp}", ax=a2)
+        save(fig, f"attention-{model}-tp{tp}")
+    elif p.kind == "cpu":
+        cpu = raw[raw.part == "cpu"]
+        fig, axs = plt.subplots(1, 2, figsize=(12, 4.5))
+        for th, g in cpu[cpu.op == "gate_up"].groupby("threads"):
+            b = g.groupby("tokens").median_us.min()
+            profile_fit_1d(b.index, b.values, fit_curve("g", b.index, b.values),
+                           "gate_up on the CPU (fastest implementation per point)", ax=axs[0])
+            axs[0].lines[-1].set_label(f"fit, {int(th)} threads")
+        da = cpu[cpu.op == "decode_attn"]
+        da = da[da.threads == da.threads.max()]
+        if not da.empty:
+            profile_fit_grid(da.batch, da.context, da.median_us,
+                             fit_grid("d", da.batch, da.context, da.median_us, "batch", "context"),
+                             f"CPU decode attention, {int(da.threads.max())} threads", ax=axs[1])
+        save(fig, "cpu")
+    else:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key, t in p.tables.items():
+            ax.loglog(t["bytes"], t["us"], "o-", ms=3, label=key)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("time (µs)")
+        ax.set_title(f"{name}: copies and collectives")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        save(fig, "link")
+    return written

@@ -103,6 +103,9 @@ def main(argv=None) -> int:
                     help="dense: ~sqrt(2)-spaced token and context grids (longer run)")
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu (local test)")
     ap.add_argument("--cpu-threads", default="16,12")
+    ap.add_argument("--cpu-models", default="llama-3.1-8b",
+                    help="catalog models whose dense ops the cpu part measures")
+    ap.add_argument("--cpu-attention", choices=("yes", "no"), default="yes")
     ap.add_argument("--test-model", default=None,
                     help="local testing only: a catalog name used in place of every model")
     args = ap.parse_args(argv)
@@ -189,11 +192,15 @@ def main(argv=None) -> int:
                     th = min(th, ncpu)
                     # split what is left between thread counts; attention gets a third of each
                     share = budget.left() / (len(ths) - i)
-                    b1 = Budget(share * 0.65, deadline)
-                    cpu_ops.cpu_dense(s, b1, checks, th, L8,
-                                      tokens=[1, 8, 64] if sm else (
-                                          DENSE_CPU_TOKENS if dg else cpu_ops.CPU_TOKENS),
-                                      target_s=0.02 if sm else (0.25 if dg else 0.1))
+                    attn = args.cpu_attention == "yes"
+                    b1 = Budget(share * (0.65 if attn else 1.0), deadline)
+                    for cm in ([tm] if tm else args.cpu_models.split(",")):
+                        cpu_ops.cpu_dense(s, b1, checks, th, cm,
+                                          tokens=[1, 8, 64] if sm else (
+                                              DENSE_CPU_TOKENS if dg else cpu_ops.CPU_TOKENS),
+                                          target_s=0.02 if sm else (0.25 if dg else 0.1))
+                    if not attn:
+                        continue
                     b2 = Budget(share - b1.used(), deadline)
                     cpu_ops.cpu_attn(s, b2, checks, th, L8,
                                      batches=(1, 4) if sm else (

@@ -39,6 +39,15 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if ok or not args.strict else 1
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simserve.calibrate.check import plot_profile
+    for path in plot_profile(args.name, Path(args.out), args.model, args.tp):
+        print(path)
+    return 0
+
+
 def _controls(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -87,6 +96,12 @@ def register(sub) -> None:
     c.add_argument("name")
     c.add_argument("--strict", action="store_true", help="exit 1 when an op misses its bar")
     c.set_defaults(handler=_check)
+    pl = s.add_parser("plot", help="measured points and fitted tables of a measured profile")
+    pl.add_argument("name")
+    pl.add_argument("--model", help="model whose tables to draw (GPU profiles)")
+    pl.add_argument("--tp", type=int, default=1)
+    pl.add_argument("--out", default="results/profiles", help="folder for PNG and SVG files")
+    pl.set_defaults(handler=_plot)
     k = s.add_parser("controls", help="DualPace's profile-guided controls for a model")
     k.add_argument("name", help="GPU profile")
     k.add_argument("--model", required=True)
