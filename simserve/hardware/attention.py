@@ -44,9 +44,9 @@ class PrefillGrid:
             # a chunk longer than the grid is the same causal work as consecutive pieces of the
             # longest measured chunk, each after the ones before it (time grows with c^2)
             while c > cmax:
-                total += g(cmax, x)
+                total += g.scalar(cmax, x)
                 c, x = c - cmax, x + cmax
-            total += g(c, x)
+            total += g.scalar(c, x)
         return float(total)
 
 

@@ -7,7 +7,9 @@ once per curve in the log; it never goes flat.
 """
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,6 +108,7 @@ class Grid:
     _ly: np.ndarray = field(default=None, repr=False)
     _lt: np.ndarray = field(default=None, repr=False)
     _warned: bool = field(default=False, repr=False)
+    _py: tuple = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.xs = np.asarray(self.xs, dtype=np.float64)
@@ -132,7 +135,32 @@ class Grid:
                 "us": [[float(f"{v:.6g}") for v in row] for row in self.t]}
 
     def _row(self, i: int, ya, lya):
-        out = np.interp(lya, self._ly, self._lt[i])
+        return np.interp(lya, self._ly, self._lt[i])
+
+    def scalar(self, x: float, y: float) -> float:
+        """The same function for one point in plain Python (no numpy call overhead); may
+        differ from `__call__` in the last bit, so use one or the other for a quantity."""
+        if self._py is None:
+            self._py = (self._lx.tolist(), self._ly.tolist(), self._lt.tolist())
+        lxs, lys, lts = self._py
+        xs0, xs1, ys0, ys1 = self.xs[0], self.xs[-1], self.ys[0], self.ys[-1]
+        xc = min(max(x, xs0), xs1)
+        yc = min(max(y, ys0), ys1)
+        lx = math.log2(max(xc, 1.0))
+        ly = math.log2(max(yc, 1.0))
+        j = min(max(bisect.bisect_right(lys, ly) - 1, 0), len(lys) - 2)
+        wy = (ly - lys[j]) / (lys[j + 1] - lys[j])
+        i = min(max(bisect.bisect_right(lxs, lx) - 1, 0), len(lxs) - 1)
+        r0 = lts[i][j] + wy * (lts[i][j + 1] - lts[i][j])
+        if i < len(lxs) - 1:
+            r1 = lts[i + 1][j] + wy * (lts[i + 1][j + 1] - lts[i + 1][j])
+            wx = (lx - lxs[i]) / (lxs[i + 1] - lxs[i])
+            r0 = (1.0 - wx) * r0 + wx * r1
+        out = math.exp(r0)
+        if y > ys1:
+            out *= y / ys1
+        if x > xs1:
+            out *= x / xs1
         return out
 
     def __call__(self, x, y):
