@@ -66,6 +66,15 @@ def _driver(smi: str | None) -> str | None:
     return fields[1] if len(fields) > 1 else None
 
 
+def _start(raw_dir: Path, base: dict, method: str) -> tuple[pd.DataFrame, dict]:
+    """The raw points and a measured profile's header (schema, name, kind, provenance, spec)."""
+    raw = read_raw(raw_dir)
+    prof = {k: base[k] for k in ("schema", "name", "kind")}
+    prof["provenance"] = _prov(raw_dir, _meta(raw_dir), method)
+    prof["spec"] = base["spec"]
+    return raw, prof
+
+
 def _pts(df: pd.DataFrame, **eq) -> pd.DataFrame:
     m = np.ones(len(df), dtype=bool)
     for k, v in eq.items():
@@ -167,13 +176,9 @@ def _overheads(raw: pd.DataFrame, base: dict) -> dict:
 
 
 def build_gpu(raw_dir: Path, name: str) -> dict:
-    raw = read_raw(raw_dir)
-    meta = _meta(raw_dir)
     base = derive.gpu_profile(name)
-    prof = {k: base[k] for k in ("schema", "name", "kind")}
-    prof["provenance"] = _prov(raw_dir, meta, "kernel timings fitted into monotone knot tables "
-                               "and grids (simserve/calibrate/tables.py)")
-    prof["spec"] = base["spec"]
+    raw, prof = _start(raw_dir, base, "kernel timings fitted into monotone knot tables and "
+                       "grids (simserve/calibrate/tables.py)")
     prof["overheads"] = _overheads(raw, base["overheads"])
     varlen = _varlen(raw)
     ops = {}
@@ -203,13 +208,10 @@ def build_gpu(raw_dir: Path, name: str) -> dict:
 
 # -- CPU -----------------------------------------------------------------------------------
 def build_cpu(raw_dir: Path, name: str) -> dict:
-    raw = read_raw(raw_dir)
-    meta = _meta(raw_dir)
     base = derive.cpu_profile(name)
-    prof = {k: base[k] for k in ("schema", "name", "kind")}
-    prof["provenance"] = _prov(raw_dir, meta, "bf16 oneDNN (AMX) dense ops and SDPA decode "
-                               "attention; fastest implementation per point")
-    prof["spec"] = dict(base["spec"], cpu_model=meta.get("cpu_model"))
+    raw, prof = _start(raw_dir, base, "bf16 oneDNN (AMX) dense ops and SDPA decode attention; "
+                       "fastest implementation per point")
+    prof["spec"] = dict(base["spec"], cpu_model=_meta(raw_dir).get("cpu_model"))
     prof["overheads"] = base["overheads"]
     cpu = _pts(raw, part="cpu")
     cpu = cpu[cpu.model != ""]  # ceilings (host copy) carry no model
@@ -247,13 +249,9 @@ def build_cpu(raw_dir: Path, name: str) -> dict:
 
 # -- links ---------------------------------------------------------------------------------
 def build_link(raw_dir: Path, name: str) -> dict:
-    raw = read_raw(raw_dir)
-    meta = _meta(raw_dir)
     base = derive.link_profile(name)
-    prof = {k: base[k] for k in ("schema", "name", "kind")}
-    prof["provenance"] = _prov(raw_dir, meta, "cudaMemcpyAsync copies, GPU time by CUDA events; "
-                               "latency + bytes/bandwidth fitted by non-negative least squares")
-    prof["spec"] = base["spec"]
+    raw, prof = _start(raw_dir, base, "cudaMemcpyAsync copies, GPU time by CUDA events; "
+                       "latency + bytes/bandwidth fitted by non-negative least squares")
     link = dict(base["link"])
     tables = {}
     for direction in ("h2d", "d2h"):
@@ -283,13 +281,9 @@ def build_link(raw_dir: Path, name: str) -> dict:
 
 def build_nvlink(raw_dir: Path, name: str) -> dict:
     """NVLink profile from `collectives.csv` (NCCL between two GPUs of one host)."""
-    raw = read_raw(raw_dir)
-    meta = _meta(raw_dir)
     base = derive.link_profile(name)
-    prof = {k: base[k] for k in ("schema", "name", "kind")}
-    prof["provenance"] = _prov(raw_dir, meta, "NCCL collectives between 2 GPUs, max over ranks "
-                               "of back-to-back loops; latency + bytes/bus-bandwidth fitted by NNLS")
-    prof["spec"] = base["spec"]
+    raw, prof = _start(raw_dir, base, "NCCL collectives between 2 GPUs, max over ranks of "
+                       "back-to-back loops; latency + bytes/bus-bandwidth fitted by NNLS")
     link = dict(base["link"])
     tables = {}
     col = _pts(raw, part="collectives")

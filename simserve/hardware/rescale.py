@@ -38,15 +38,28 @@ def _r(a):
     return [float(f"{v:.6g}") for v in np.asarray(a, dtype=np.float64).ravel()]
 
 
+def _scale_gemms(t: dict, out: dict, m, tp: int, src, dst) -> None:
+    tok = np.asarray(t["tokens"], dtype=np.float64)
+    for g in (*m.gemms(tp), m.lm_head(tp)):
+        F = 2.0 * tok * g.k * g.n
+        B = (g.k * g.n + tok * (g.k + g.n)) * DTYPE_BYTES
+        out[f"{g.name}_us"] = _r(_scale(t[f"{g.name}_us"], F, B, src, dst))
+
+
+def _scale_decode_grid(da: dict, m, tp: int, src, dst) -> dict:
+    b = np.asarray(da["batch"], float)[:, None]
+    x = np.asarray(da["context"], float)[None, :]
+    nh, nkv = m.heads_per_rank(tp)
+    us = _scale(da["us"], 4.0 * nh * m.head_dim * b * x,
+                2.0 * b * x * nkv * m.head_dim * DTYPE_BYTES, src, dst)
+    return dict(da, us=[_r(row) for row in us])
+
+
 def rescale_ops(t: dict, model: str, tp: int, src, dst) -> dict:
     m = get_model(model)
     out = copy.deepcopy(t)
     tok = np.asarray(t["tokens"], dtype=np.float64)
-    gemms = {g.name: g for g in (*m.gemms(tp), m.lm_head(tp))}
-    for name, g in gemms.items():
-        F = 2.0 * tok * g.k * g.n
-        B = (g.k * g.n + tok * (g.k + g.n)) * DTYPE_BYTES
-        out[f"{name}_us"] = _r(_scale(t[f"{name}_us"], F, B, src, dst))
+    _scale_gemms(t, out, m, tp, src, dst)
     nh, nkv = m.heads_per_rank(tp)
     hd = m.head_dim
     per_tok = (2 * 4 * m.hidden + 3 * (nh + nkv) * hd + 3 * m.ffn // tp) * DTYPE_BYTES
@@ -59,14 +72,8 @@ def rescale_ops(t: dict, model: str, tp: int, src, dst) -> dict:
         B = (2 * c * nh + 2 * (x + c) * nkv) * hd * DTYPE_BYTES
         us = _scale(pa["us"], F, B, src, dst)
         out["prefill_attn"]["us"] = [_r(row) for row in us]
-    da = t["decode_attn"]
-    if da.get("kind") == "grid":
-        b = np.asarray(da["batch"], float)[:, None]
-        x = np.asarray(da["context"], float)[None, :]
-        F = 4.0 * nh * hd * b * x
-        B = 2.0 * b * x * nkv * hd * DTYPE_BYTES
-        us = _scale(da["us"], F, B, src, dst)
-        out["decode_attn"]["us"] = [_r(row) for row in us]
+    if t["decode_attn"].get("kind") == "grid":
+        out["decode_attn"] = _scale_decode_grid(t["decode_attn"], m, tp, src, dst)
     if "varlen_decode" in t:
         v = dict(t["varlen_decode"])
         v["per_context_token"] = float(f"{v['per_context_token'] * src[1] / dst[1]:.6g}")
@@ -152,19 +159,9 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
         m = get_model(model)
         src = (flops_by_model.get(model, flops), copy_gbps * 1e9)
         out = copy.deepcopy(t)
-        tok = np.asarray(t["tokens"], dtype=np.float64)
-        for g in (*m.gemms(1), m.lm_head(1)):
-            F = 2.0 * tok * g.k * g.n
-            B = (g.k * g.n + tok * (g.k + g.n)) * DTYPE_BYTES
-            out[f"{g.name}_us"] = _r(_scale(t[f"{g.name}_us"], F, B, src, dst))
+        _scale_gemms(t, out, m, 1, src, dst)
         if "decode_attn" in t:
-            da = t["decode_attn"]
-            b = np.asarray(da["batch"], float)[:, None]
-            x = np.asarray(da["context"], float)[None, :]
-            nh, nkv = m.heads_per_rank(1)
-            us = _scale(da["us"], 4.0 * nh * m.head_dim * b * x,
-                        2.0 * b * x * nkv * m.head_dim * DTYPE_BYTES, src, dst)
-            out["decode_attn"] = dict(da, us=[_r(row) for row in us])
+            out["decode_attn"] = _scale_decode_grid(t["decode_attn"], m, 1, src, dst)
         out["source"] = "derived from measured tables by ceiling ratios"
         ops[model] = {f"cores{dst_cores}": out}
     prof["ops"] = ops
