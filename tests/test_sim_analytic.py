@@ -52,8 +52,9 @@ def test_decode_step_is_weight_streaming_bound_at_batch_one():
 
 def test_decode_step_prediction_against_measured_cuda_graph_step():
     # the H200 calibration timed whole 32-layer Llama-3.1-8B decode steps (context 1024)
-    # replayed from a CUDA graph; the sum of separately timed kernels over-predicts small
-    # batches (about +12 % at batch 1: in-graph kernels overlap their launch latency)
+    # replayed from a CUDA graph; summing separately timed kernels over-predicts them by up
+    # to 10 %, which the profile's graph_overlap_us_per_kernel (one parameter fitted to these
+    # four steps) takes out: a regression guard on the composition, not an out-of-sample test
     import pandas as pd
     from simserve.hardware.profile import REPO_ROOT, load_profile
     raw = pd.read_csv(REPO_ROOT / "hwprofiles/raw/h200-sxm/launch.csv")
@@ -62,7 +63,7 @@ def test_decode_step_prediction_against_measured_cuda_graph_step():
     for b, measured_us in zip(steps.batch.astype(int), steps.median_us):
         host = cost.iter_us + cost.per_seq_us * b + cost.graph_us
         gpu_us = cost.decode_only_s(b, b * 1025) * 1e6 - host
-        assert abs(gpu_us - measured_us) / measured_us < 0.15, (b, gpu_us, measured_us)
+        assert abs(gpu_us - measured_us) / measured_us < 0.06, (b, gpu_us, measured_us)
 
 
 def test_tensor_parallelism_shrinks_dense_time_and_adds_allreduce():
