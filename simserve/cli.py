@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "simserve.workload.cli",
     "simserve.hardware.cli",
     "simserve.calibrate.cli",
+    "simserve.experiment.regress_cli",
 )
 
 
