@@ -11,9 +11,12 @@ from simserve.errors import SimserveError
 # modules that expose register(subparsers); each adds its own sub-command(s)
 COMMAND_MODULES = (
     "simserve.experiment.cli",
+    "simserve.experiment.sweep_cli",
     "simserve.workload.cli",
     "simserve.hardware.cli",
     "simserve.calibrate.cli",
+    "simserve.experiment.capacity_cli",
+    "simserve.experiment.plot_cli",
     "simserve.experiment.regress_cli",
 )
 

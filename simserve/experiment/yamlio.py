@@ -12,7 +12,10 @@ class Located(dict):
     """A mapping that knows the line of each key (1-based) and of itself."""
 
     line: int = 0
-    key_lines: dict
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.key_lines: dict = {}
 
 
 class LocatedList(list):
