@@ -1,5 +1,7 @@
-"""`simserve` command line. Each sub-command lives next to the code it drives and registers
-itself here through a `register(subparsers)` function; handlers return an exit code."""
+"""simserve: simulate LLM serving designs on fitted hardware profiles.
+
+Each sub-command lives next to the code it drives and registers itself through a
+`register(subparsers)` function listed in COMMAND_MODULES; handlers return an exit code."""
 from __future__ import annotations
 
 import argparse

@@ -84,7 +84,7 @@ def _controls(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("profiles", help="hardware profiles: list, show")
+    p = sub.add_parser("profiles", help="hardware profiles: list, show, check, plot, controls")
     s = p.add_subparsers(dest="profiles_cmd", metavar="ACTION")
     s.required = True
     a = s.add_parser("list", help="shipped profiles and their provenance")
