@@ -1,0 +1,183 @@
+"""Waterfill prefill dispatch (policies.md §7.3; paper Alg. 2, App. E).
+
+The shared linear region waits for the rank with the most tokens (prefill + decode), so the
+TBT-safe prefill budget is largest when every rank is filled to a common water level. A binary
+search over levels that are multiples of the quantum q finds the highest level n_tgt at which
+the estimator keeps the iteration within τ; a candidate's chunk is then poured onto the
+least-loaded ranks first, never above n_tgt. Each call is O(N log B) estimator work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from simserve.errors import ConfigError
+from simserve.policies.conflux.estimator import ConfluxEstimator, prefill_work
+
+# Alignment quantum (tokens per rank) of the water level. The paper determines it empirically
+# per device and does not give it; 16 is the row granularity of bf16 tensor-core tiles, small
+# enough that rounding the level down wastes at most 16 tokens per rank.
+DEFAULT_QUANTUM = 16
+# Highest water level ever tried (tokens per rank): a guard for estimators whose time barely
+# grows with tokens (e.g. all slopes fitted to 0), not a limit anyone should hit in practice.
+DEFAULT_MAX_LEVEL = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RankState:
+    """What the scheduler knows about one logical rank at the start of an iteration."""
+
+    num_decodes: int = 0          # resident decodes (one token each this iteration)
+    decode_ctx_tokens: int = 0    # Σ context of those decodes
+    kv_used_blocks: int = 0       # KV blocks in use (placement only)
+    kv_total_blocks: int = 0      # KV pool size (placement only)
+
+    @property
+    def kv_util(self) -> float:
+        return self.kv_used_blocks / self.kv_total_blocks if self.kv_total_blocks > 0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A prefill asking for a chunk: m_i tokens still to prefill after c_i already in KV."""
+
+    remaining_tokens: int
+    context_tokens: int = 0
+
+
+def waterfill(tokens: int, loads: Sequence[int], level: int) -> tuple[int, ...]:
+    """Spread `tokens` over ranks, raising the least-loaded first, no rank above `level`.
+
+    Ties (and the remainder of an integer level) go to the lower load, then the lower index.
+    """
+    n = len(loads)
+    out = [0] * n
+    if tokens <= 0:
+        return tuple(out)
+    order = sorted(range(n), key=lambda r: (loads[r], r))
+    cap = sum(max(0, level - loads[r]) for r in order)
+    if tokens > cap:
+        raise ValueError(f"waterfill: {tokens} tokens do not fit below level {level} (room {cap})")
+    # find the water level w: raise the k lowest ranks together until the tokens run out
+    left, k, w = tokens, 0, loads[order[0]]
+    while left > 0:
+        while k < n and loads[order[k]] <= w:
+            k += 1
+        nxt = min(loads[order[k]] if k < n else level, level)
+        step = (nxt - w) * k
+        if step >= left:
+            w += left // k
+            left -= (left // k) * k
+            break
+        w, left = nxt, left - step
+    for r in order[:k]:
+        out[r] = max(0, w - loads[r])
+    for r in order[:k]:  # remainder: one more token to the lowest-loaded of the raised ranks
+        if left == 0:
+            break
+        if loads[r] + out[r] < level:
+            out[r] += 1
+            left -= 1
+    return tuple(out)
+
+
+class _Search:
+    """The per-call state of one dispatch: everything that does not depend on the level."""
+
+    def __init__(self, tau: float, est: ConfluxEstimator, ranks: Sequence[RankState],
+                 ap: Sequence[int], prefills: Sequence[tuple[int, int]], cand: Candidate | None):
+        if len(ranks) == 0:
+            raise ConfigError("dispatch: ranks_state: expected at least one rank")
+        if len(ap) != len(ranks):
+            raise ConfigError(f"dispatch: Ap: expected {len(ranks)} per-rank counts, got {len(ap)}")
+        if cand is not None and (cand.remaining_tokens < 0 or cand.context_tokens < 0):
+            raise ConfigError(f"dispatch: candidate: token counts must be >= 0, got {cand}")
+        self.tau, self.est, self.cand = tau, est, cand
+        self.ap = [int(x) for x in ap]
+        self.nd = [r.num_decodes for r in ranks]
+        self.loads = [a + d for a, d in zip(self.ap, self.nd)]
+        self.work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
+        self.t_d = est.decode_path(self.nd, [r.decode_ctx_tokens for r in ranks])
+
+    def room(self, level: int) -> int:
+        """B(level): tokens that fit below `level` on top of the current loads."""
+        return sum(max(0, level - x) for x in self.loads)
+
+    def fill(self, level: int) -> tuple[int, ...]:
+        """Extra prefill tokens per rank at `level` (the candidate's chunk, capped at m_i)."""
+        room = self.room(level)
+        if self.cand is None or self.cand.remaining_tokens >= room:
+            return tuple(max(0, level - x) for x in self.loads)
+        return waterfill(self.cand.remaining_tokens, self.loads, level)
+
+    def time(self, level: int) -> float:
+        extra = self.fill(level)
+        chunk = sum(extra)
+        n_p = [a + e for a, e in zip(self.ap, extra)]
+        work = self.work
+        # without a candidate the extra tokens carry no attention work (paper App. E: the
+        # reference budget omits the candidate-specific prefill workload)
+        if self.cand is not None and chunk > 0:
+            work += prefill_work(chunk, self.cand.context_tokens)
+        return self.est.combine(max(p + d for p, d in zip(n_p, self.nd)), max(n_p), work,
+                                len(n_p), self.t_d)
+
+    def ok(self, level: int) -> bool:
+        return self.time(level) <= self.tau
+
+    def saturated(self, level: int) -> bool:
+        """Past this level the candidate's chunk no longer grows, so neither does the time."""
+        return self.cand is not None and self.room(level) >= self.cand.remaining_tokens
+
+
+def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState],
+               Ap: Sequence[int] | None = None, prefills: Sequence[tuple[int, int]] = (),
+               candidate: Candidate | None = None, quantum: int = DEFAULT_QUANTUM,
+               max_level: int = DEFAULT_MAX_LEVEL) -> int:
+    """n_tgt: the highest multiple of `quantum` (≤ max_level) whose filled state stays within τ.
+
+    Returns 0 when no level is safe (then nothing is dispatched). Time is nondecreasing in the
+    level, so doubling then bisecting over quantum multiples finds it in O(log B) estimates.
+    """
+    if quantum < 1:
+        raise ConfigError(f"dispatch: quantum: expected a positive integer, got {quantum!r}")
+    if tau <= 0:
+        raise ConfigError(f"dispatch: tau: expected a positive TBT SLO, got {tau!r}")
+    s = _Search(tau, est, ranks_state, Ap if Ap is not None else [0] * len(ranks_state),
+                prefills, candidate)
+    top = max_level // quantum
+    if top < 1 or not s.ok(quantum):
+        return 0
+    lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
+    while hi is None:
+        if s.saturated(lo * quantum) or lo >= top:
+            return min(lo, top) * quantum
+        nxt = min(2 * lo, top)
+        if s.ok(nxt * quantum):
+            lo = nxt
+        else:
+            hi = nxt
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if s.ok(mid * quantum):
+            lo = mid
+        else:
+            hi = mid
+    return lo * quantum
+
+
+def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState],
+             Ap: Sequence[int] | None = None, candidate: Candidate | None = None,
+             quantum: int = DEFAULT_QUANTUM, prefills: Sequence[tuple[int, int]] = (),
+             max_level: int = DEFAULT_MAX_LEVEL):
+    """Alg. 2. Ap: prefill tokens already assigned per rank this iteration; prefills: their
+    (ℓ, c) chunks. Without a candidate, returns the reference budget B (int); with one,
+    (ℓ_i, A_i): its chunk length min(m_i, B) and the per-rank split of that chunk."""
+    ap = list(Ap) if Ap is not None else [0] * len(ranks_state)
+    level = find_level(tau, est, ranks_state, ap, prefills, candidate, quantum, max_level)
+    loads = [a + r.num_decodes for a, r in zip(ap, ranks_state)]
+    budget = sum(max(0, level - x) for x in loads)
+    if candidate is None:
+        return budget
+    ell = min(candidate.remaining_tokens, budget)
+    return ell, waterfill(ell, loads, level)

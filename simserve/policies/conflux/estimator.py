@@ -1,0 +1,138 @@
+"""Latency estimator of a Conflux Parallelism iteration (policies.md §7.2; paper Eq. 2–6, App. D).
+
+    T_iter = L · (T_GEMM + max(β·T_P, α·T_D))
+    T_GEMM = γ · max_r (n_p^r + n_d^r) + γ0
+    T_D    = max_r (a_D · Σ_{i on r} c_i + a_D0)
+    T_P    = (a_comm · max_r n_p^r + a_comm0) + (a_P · (1/N) Σ_i ℓ_i (c_i + (ℓ_i+1)/2) + a_P0)
+
+Assumption (not in the paper): a path with no work contributes nothing, so an empty prefill
+path drops T_P, a rank without decodes does not enter T_D, and an empty iteration costs 0.
+Times are in whatever unit the coefficients were fitted in (seconds when fitted from simserve's
+cost model); compare them with τ in the same unit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy.optimize import nnls
+
+from simserve.errors import ConfigError
+
+# the four base functions and the sample key each is fitted from (App. D, Eq. 7–11)
+TERMS = {"gemm": ("gamma", "gamma0"), "decode_attn": ("a_d", "a_d0"),
+         "prefill_attn": ("a_p", "a_p0"), "comm": ("a_comm", "a_comm0")}
+
+
+def prefill_work(chunk_tokens: int, context_tokens: int) -> float:
+    """Causal attention work of a chunk of ℓ new tokens after c cached ones: ℓ(c + (ℓ+1)/2)."""
+    return chunk_tokens * (context_tokens + (chunk_tokens + 1) / 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfluxEstimator:
+    """Affine per-layer coefficients of Eq. 7–11, contention factors α, β and the layer count L."""
+
+    gamma: float
+    gamma0: float
+    a_d: float
+    a_d0: float
+    a_comm: float
+    a_comm0: float
+    a_p: float
+    a_p0: float
+    alpha: float = 1.0
+    beta: float = 1.0
+    num_layers: int = 1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not np.isfinite(v) or v < 0:
+                raise ConfigError(f"ConfluxEstimator.{f.name}: expected a finite value >= 0, got {v!r}")
+        if self.alpha <= 0 or self.beta <= 0:
+            raise ConfigError(f"ConfluxEstimator.alpha/beta: expected > 0, got {self.alpha}, {self.beta}")
+        if int(self.num_layers) != self.num_layers or self.num_layers < 1:
+            raise ConfigError(f"ConfluxEstimator.num_layers: expected a positive integer, "
+                              f"got {self.num_layers!r}")
+
+    # -- the pieces, so that dispatch can precompute what does not change during its search --
+    def decode_path(self, n_d: Sequence[int], decode_ctx: Sequence[int]) -> float | None:
+        """T_D, or None when no rank holds a decode."""
+        t = [self.a_d * c + self.a_d0 for n, c in zip(n_d, decode_ctx) if n > 0]
+        return max(t) if t else None
+
+    def combine(self, max_tokens: int, max_prefill_tokens: int, prefill_work_sum: float,
+                num_ranks: int, t_d: float | None) -> float:
+        """T_iter from the per-rank maxima, Σ prefill work and T_D (None: no decode path)."""
+        if max_tokens <= 0:
+            return 0.0
+        t_gemm = self.gamma * max_tokens + self.gamma0
+        attn = 0.0
+        if max_prefill_tokens > 0:
+            t_p = (self.a_comm * max_prefill_tokens + self.a_comm0
+                   + self.a_p * prefill_work_sum / num_ranks + self.a_p0)
+            attn = self.beta * t_p
+        if t_d is not None:
+            attn = max(attn, self.alpha * t_d)
+        return self.num_layers * (t_gemm + attn)
+
+    def iteration_time(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
+                       prefills: Sequence[tuple[int, int]]) -> float:
+        """T_iter of one iteration.
+
+        n_p: prefill tokens per rank; n_d: decodes per rank; decode_ctx: Σ decode context per rank;
+        prefills: (chunk ℓ_i, context c_i) of every scheduled chunk (their tokens are n_p's total).
+        """
+        n = len(n_d)
+        if n == 0 or len(n_p) != n or len(decode_ctx) != n:
+            raise ValueError(f"n_p, n_d, decode_ctx: expected one entry per rank (>= 1), got "
+                             f"{len(n_p)}, {len(n_d)}, {len(decode_ctx)}")
+        max_tokens = max(p + d for p, d in zip(n_p, n_d))
+        work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
+        return self.combine(max_tokens, max(n_p), work, n, self.decode_path(n_d, decode_ctx))
+
+
+def fit_affine(x, y, where: str = "samples") -> tuple[float, float]:
+    """Non-negative least squares fit of y ≈ slope·x + intercept; returns (slope, intercept)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape or len(x) < 2:
+        raise ConfigError(f"{where}: expected two equally long sequences of >= 2 points, got "
+                          f"{len(x)} and {len(y)}")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ConfigError(f"{where}: samples must be finite")
+    scale = max(float(np.max(np.abs(x))), 1.0)  # conditioning: x spans up to ~1e9 for attention work
+    (slope, intercept), _ = nnls(np.column_stack([x / scale, np.ones_like(x)]), y)
+    return float(slope / scale), float(intercept)
+
+
+def fit_estimator(samples: Mapping[str, tuple[Sequence[float], Sequence[float]]], *,
+                  num_layers: int = 1, alpha: float = 1.0, beta: float = 1.0) -> ConfluxEstimator:
+    """Fit the affine base functions from per-term (x, per-layer time) samples.
+
+    Keys: "gemm" (rank-local tokens), "decode_attn" (Σ decode context on a rank), "prefill_attn"
+    (per-rank prefill work, i.e. Σ ℓ(c + (ℓ+1)/2) / N), "comm" (largest prefill shard, tokens;
+    both all-to-alls). α and β are contention factors calibrated separately (paper App. D).
+    """
+    unknown = set(samples) - set(TERMS)
+    if unknown:
+        raise ConfigError(f"fit_estimator: unknown term(s) {sorted(unknown)}; known: {sorted(TERMS)}")
+    coef: dict[str, float] = {}
+    for term, (slope_name, icpt_name) in TERMS.items():
+        if term not in samples:
+            raise ConfigError(f"fit_estimator: samples[{term!r}]: missing")
+        xs, ys = samples[term]
+        coef[slope_name], coef[icpt_name] = fit_affine(xs, ys, where=f"fit_estimator: samples[{term!r}]")
+    return ConfluxEstimator(**coef, alpha=alpha, beta=beta, num_layers=num_layers)
+
+
+def samples_from_functions(fns: Mapping[str, Callable[[float], float]],
+                           grids: Mapping[str, Sequence[float]]) -> dict[str, tuple[list, list]]:
+    """Evaluate base-latency functions (e.g. wrappers around simserve's cost model) on grids,
+    giving the samples `fit_estimator` takes."""
+    missing = set(fns) - set(grids)
+    if missing:
+        raise ConfigError(f"samples_from_functions: grids: missing {sorted(missing)}")
+    return {k: (list(grids[k]), [float(f(x)) for x in grids[k]]) for k, f in fns.items()}
