@@ -14,7 +14,7 @@ from simserve.policies.conflux.admission import (PendingPrefill, capacity_before
                                                  moore_hodgson, schedule_iteration)
 from simserve.policies.conflux.dispatch import (Candidate, RankState, dispatch, find_level,
                                                 waterfill)
-from simserve.policies.conflux.estimator import (ConfluxEstimator, fit_estimator, prefill_work,
+from simserve.policies.conflux.estimator import (ConfluxEstimator, fit_estimator,
                                                  samples_from_functions)
 from simserve.policies.conflux.placement import place_decode
 

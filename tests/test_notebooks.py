@@ -1,7 +1,6 @@
 """The notebooks run top to bottom (fast mode) through a Jupyter kernel."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

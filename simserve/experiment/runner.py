@@ -2,19 +2,15 @@
 folder, written atomically (a temporary sibling folder renamed into place at the end)."""
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.experiment.config import ExperimentConfig, PolicySpec
+from simserve.experiment.storage import atomic_folder, write_config, write_records
 from simserve.hardware.setup import resolve_hardware
 from simserve.metrics import request_frame, summarize
 from simserve.models import get_model
@@ -110,31 +106,15 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     """Write summary.json, summary.csv, requests.csv, config.yaml (resolved) with its hash,
     into a temporary sibling folder renamed to `out` only when everything is written."""
     out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         recs = summary_records(results)
-        with open(tmp / "summary.json", "w") as f:
-            json.dump(recs, f, indent=1, allow_nan=True)
-            f.write("\n")
+        write_records(tmp / "summary.json", recs)
         pd.DataFrame(recs).to_csv(tmp / "summary.csv", index=False)
         pd.concat([r.requests for r in results], ignore_index=True).to_csv(
             tmp / "requests.csv", index=False, float_format="%.9g")
-        resolved = cfg.resolved()
-        with open(tmp / "config.yaml", "w") as f:
-            f.write(f"# resolved config of {cfg.source}; sha256[:16] = {cfg.hash()}\n")
-            yaml.safe_dump(resolved, f, sort_keys=False)
+        write_config(tmp / "config.yaml", cfg.resolved(),
+                     f"resolved config of {cfg.source}; sha256[:16] = {cfg.hash()}")
         (tmp / "config.sha256").write_text(cfg.hash() + "\n")
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "x")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -11,17 +11,16 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.experiment.config import TOP_KEYS, ExperimentConfig
 from simserve.experiment.runner import points, run_point
+from simserve.experiment.storage import atomic_folder, write_config, write_records
 from simserve.experiment.sweep import Sweep, SweepPoint, check_points
 from simserve.hardware.setup import Hardware
 
@@ -57,22 +56,11 @@ def write_point(points_dir: Path, sp: SweepPoint, summary: dict, requests_csv: s
     """points/<hash>/ with summary.json (a list of one record), requests.csv, config.yaml;
     written to a temporary sibling and renamed, so a folder that exists is complete."""
     dest = points_dir / sp.key
-    tmp = Path(tempfile.mkdtemp(prefix=f".{sp.key}.tmp-", dir=points_dir))
-    try:
-        rec = {**sp.ident(), **summary}
-        with open(tmp / "summary.json", "w") as f:
-            json.dump([rec], f, indent=1, allow_nan=True)
-            f.write("\n")
+    with atomic_folder(dest) as tmp:
+        write_records(tmp / "summary.json", [{**sp.ident(), **summary}])
         (tmp / "requests.csv").write_text(requests_csv)
-        with open(tmp / "config.yaml", "w") as f:
-            f.write(f"# resolved config of one sweep point; sha256[:16] = {sp.key}\n")
-            yaml.safe_dump(sp.cfg.resolved(), f, sort_keys=False)
-        if dest.exists():  # incomplete leftover of some other tool: replace it
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_config(tmp / "config.yaml", sp.cfg.resolved(),
+                     f"resolved config of one sweep point; sha256[:16] = {sp.key}")
     return dest
 
 
