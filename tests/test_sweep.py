@@ -336,7 +336,8 @@ def test_a_failed_write_leaves_no_point_folder(tmp_path, monkeypatch):
     def boom(*a, **kw):
         raise OSError("disk full")
 
-    monkeypatch.setattr(sweep_run.yaml, "safe_dump", boom)
+    from simserve.experiment import storage
+    monkeypatch.setattr(storage.yaml, "safe_dump", boom)  # config.yaml is written last
     with pytest.raises(OSError):
         main(["sweep", str(cfg), "--out", str(out), "--workers", "1", "-q"])
     assert list((out / "points").iterdir()) == []
