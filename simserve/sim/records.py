@@ -15,6 +15,8 @@ class RequestRecords:
     A request that did not finish has finish_s = NaN and NaN for its missing tokens.
     first_token_s[i] == token_times_s[token_offsets[i]] and finish_s[i] is its last token's time.
     num_preemptions counts recompute/swap preemptions of each request.
+    token_on_cpu[j] is True where token j was decoded by a CPU engine (CPU-tier policies);
+    None for policies that never decode on the CPU.
     """
 
     arrival_s: np.ndarray
@@ -25,6 +27,7 @@ class RequestRecords:
     token_offsets: np.ndarray
     token_times_s: np.ndarray
     num_preemptions: np.ndarray
+    token_on_cpu: np.ndarray | None = None
 
     @property
     def num_requests(self) -> int:

@@ -31,13 +31,21 @@ class RequestTable:
         self.offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self.output, out=self.offsets[1:])
         self.token_times = np.full(int(self.offsets[-1]), np.nan)
+        self.token_on_cpu = None  # per-token residency, allocated by CPU-tier engines
         self.num_finished = 0
         self.num_emitted = 0
 
-    def emit(self, ids: np.ndarray, t: float) -> np.ndarray:
+    def track_cpu_tokens(self) -> None:
+        """Start recording which tokens a CPU engine decodes (`emit(..., on_cpu=True)`)."""
+        if self.token_on_cpu is None:
+            self.token_on_cpu = np.zeros(len(self.token_times), dtype=bool)
+
+    def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
         """One token sampled at time t for each id; returns the ids that finished."""
         g = self.generated[ids]
         self.token_times[self.offsets[ids] + g] = t
+        if on_cpu:
+            self.token_on_cpu[self.offsets[ids] + g] = True
         first = ids[g == 0]
         if len(first):
             self.first_token[first] = t
@@ -51,11 +59,13 @@ class RequestTable:
             self.num_finished += len(done)
         return done
 
-    def emit_many(self, ids: np.ndarray, times: np.ndarray) -> None:
+    def emit_many(self, ids: np.ndarray, times: np.ndarray, on_cpu: bool = False) -> None:
         """len(times) tokens for each id (a leap of decode steps); none may finish early."""
         k = len(times)
         pos = (self.offsets[ids] + self.generated[ids])[:, None] + np.arange(k)[None, :]
         self.token_times[pos] = times[None, :]
+        if on_cpu:
+            self.token_on_cpu[pos] = True
         self.generated[ids] += k
         self.num_emitted += k * len(ids)
         self.num_tokens[ids] += k
@@ -65,4 +75,5 @@ class RequestTable:
             arrival_s=self.arrival, prompt_tokens=self.prompt, output_tokens=self.output,
             first_token_s=self.first_token, finish_s=self.finish, token_offsets=self.offsets,
             token_times_s=self.token_times, num_preemptions=self.preemptions,
+            token_on_cpu=self.token_on_cpu,
         )
