@@ -38,7 +38,9 @@ class BatchShape:
     num_decodes: int = 0
     decode_ctx_sum: int = 0        # Σ context of the decodes (tokens already in KV)
     num_sample_rows: int = 0
-
+    # each decode's attention length (context + the new token); optional, for executors that
+    # need the per-request lengths (the cost model uses decode_ctx_sum only)
+    decode_ctx: np.ndarray | None = None
 
     @property
     def num_prefills(self) -> int:
@@ -57,7 +59,8 @@ def prefill_batch(prompt_tokens: int, ctx: int = 0) -> BatchShape:
 class GpuCostModel:
     def __init__(self, model: ModelSpec, gpu: HardwareProfile, tp: int = 1,
                  nvlink: HardwareProfile | None = None, cuda_graphs: bool = True,
-                 table_tokens: int = 16384, mixed_attention: str = "split"):
+                 table_tokens: int = 16384, mixed_attention: str = "split",
+                 graph_max_tokens: int | None = None):
         model.check_tp(tp)
         if tp > 1 and nvlink is None:
             raise ValueError("TP > 1 needs an NVLink (or other GPU-GPU) link profile")
@@ -70,7 +73,8 @@ class GpuCostModel:
         self.launch_layer_us = float(oh.get("launch_us_per_kernel", 0.0)) * float(
             oh.get("kernels_per_layer", 0))
         self.graph_us = float(oh.get("graph_replay_us", 0.0))
-        self.graph_max = int(oh.get("graph_max_tokens", 0)) if cuda_graphs else 0
+        gmax = oh.get("graph_max_tokens", 0) if graph_max_tokens is None else graph_max_tokens
+        self.graph_max = int(gmax) if cuda_graphs else 0
         # kernels replayed back to back in a graph hide part of the latency that separately
         # timed kernels include (fitted from whole graph-replayed decode steps)
         self.graph_overlap_layer_us = float(oh.get("graph_overlap_us_per_kernel", 0.0)) * float(
@@ -166,6 +170,15 @@ class GpuCostModel:
         else:
             us = base + self.num_layers * np.maximum(layer, self.launch_layer_us)
         return (us + lm) * 1e-6
+
+    def scheduler_s(self, num_seqs: int) -> float:
+        """The host's per-iteration scheduling cost inside `step_s` (profile overheads
+        `iteration_us` + `per_seq_us` per sequence); the rest of `step_s` is the forward pass."""
+        return (self.iter_us + self.per_seq_us * num_seqs) * 1e-6
+
+    def forward_s(self, b: BatchShape) -> float:
+        """The forward pass alone (what a real executor times): `step_s` less `scheduler_s`."""
+        return self.step_s(b) - self.scheduler_s(b.num_prefills + b.num_decodes)
 
     def prefill_only_s(self, prompt_tokens: int) -> float:
         """One whole prompt alone in a batch (it samples its first token)."""

@@ -48,12 +48,13 @@ def ceilings(sink: CsvSink, device: str, checks: dict, small: bool = False) -> N
 
 
 # ------------------------------------------------------------------------------------------
-def dense(sink: CsvSink, budget: Budget, device: str, configs, tokens, checks: dict) -> None:
+def dense(sink: CsvSink, budget: Budget, device: str, configs, tokens, checks: dict,
+          elementwise_ops: bool = True, lm_head: bool = True) -> None:
     """Per-rank linear ops (qkv, o, gate_up, down, lm_head) and the elementwise ops."""
     tmax = max(tokens)
     for mname, tp in configs:
         spec = get_model(mname)
-        gemms = list(spec.gemms(tp)) + [spec.lm_head(tp)]
+        gemms = list(spec.gemms(tp)) + ([spec.lm_head(tp)] if lm_head else [])
         log(f"dense {mname} tp{tp}: " + ", ".join(f"{g.name} {g.k}x{g.n}" for g in gemms))
         for g in gemms:
             if not budget.ok():
@@ -86,7 +87,8 @@ def dense(sink: CsvSink, budget: Budget, device: str, configs, tokens, checks: d
                 f"budget left {budget.left():.0f}s")
             del ws, xpool, out
             free_gpu()
-        elementwise(sink, budget, device, spec, tp, tokens, checks)
+        if elementwise_ops:
+            elementwise(sink, budget, device, spec, tp, tokens, checks)
 
 
 def elementwise(sink: CsvSink, budget: Budget, device: str, spec, tp: int, tokens,

@@ -32,6 +32,11 @@ DEC_CTX = [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 DENSE_TOKENS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256,
                 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072,
                 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384]
+# `--grid fine`: GEMMs only, at the granularity an engine's batches take (every 16 tokens up to
+# 1K, then 32, 128, 512): cuBLAS changes kernels between neighbouring counts, so a coarse grid
+# cannot follow the steps
+FINE_TOKENS = ([1, 2, 4, 8, 12] + list(range(16, 1025, 16)) + list(range(1056, 2049, 32))
+               + list(range(2176, 4097, 128)) + list(range(4608, 16385, 512)))
 DENSE_CONTEXTS = [0, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
                   12288, 16384, 24576, 32768]
 DENSE_CPU_TOKENS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
@@ -99,8 +104,11 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--total-s", type=float, default=520.0, help="global deadline from start")
     ap.add_argument("--smoke", action="store_true", help="tiny grids, to check the scripts")
-    ap.add_argument("--grid", choices=("standard", "dense"), default="standard",
-                    help="dense: ~sqrt(2)-spaced token and context grids (longer run)")
+    ap.add_argument("--grid", choices=("standard", "dense", "fine"), default="standard",
+                    help="dense: ~sqrt(2)-spaced token and context grids (longer run); "
+                         "fine: GEMMs only, every 16-512 tokens (dense part)")
+    ap.add_argument("--dense-configs", default=None,
+                    help="model:tp,... to measure in the dense part (default: all)")
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu (local test)")
     ap.add_argument("--cpu-threads", default="16,12")
     ap.add_argument("--cpu-models", default="llama-3.1-8b",
@@ -135,7 +143,9 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     sm = args.smoke
     dg = args.grid == "dense"
-    tokens = [1, 16, 256, 1024] if sm else (DENSE_TOKENS if dg else gpu_ops.TOKENS)
+    fine = args.grid == "fine"
+    tokens = [1, 16, 256, 1024] if sm else (
+        FINE_TOKENS if fine else (DENSE_TOKENS if dg else gpu_ops.TOKENS))
     contexts = DENSE_CONTEXTS if dg else CONTEXTS
     dec_ctx = DENSE_DEC_CTX if dg else DEC_CTX
     meta["grid"] = args.grid
@@ -151,6 +161,8 @@ def main(argv=None) -> int:
     carry = 0.0
     for part in parts:
         own = BUDGET_S[part] * (0.2 if sm else ((3.0 if part == "cpu" else 2.0) if dg else 1.0))
+        if fine:
+            own = args.total_s
         budget = Budget(own + carry, deadline)
         log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
         status = "ok"
@@ -159,9 +171,12 @@ def main(argv=None) -> int:
                 s = sink("gpu_dense.csv")
                 gpu_ops.ceilings(s, device, checks, small=sm)
                 cfgs = DENSE_CONFIGS[:2] if sm else DENSE_CONFIGS
+                if args.dense_configs:
+                    cfgs = [(m, int(t)) for m, t in (c.split(":") for c in args.dense_configs.split(","))]
                 if tm:
                     cfgs = [(tm, tp) for _, tp in cfgs]
-                gpu_ops.dense(s, budget, device, cfgs, tokens, checks)
+                gpu_ops.dense(s, budget, device, cfgs, tokens, checks, elementwise_ops=not fine,
+                              lm_head=not fine)
             elif part == "prefill":
                 s = sink("gpu_prefill_attn.csv")
                 gpu_ops.prefill(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],

@@ -56,9 +56,12 @@ class ChunkedEngine:
         try:
             self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
                                      table_tokens=max(self.budget, self.max_seqs),
-                                     mixed_attention=cfg.mixed_attention)
+                                     mixed_attention=cfg.mixed_attention,
+                                     graph_max_tokens=cfg.graph_max_tokens)
         except ValueError as exc:
             raise ConfigError(f"policy {self.kind}: {exc}") from None
+        if ctx.gpu_cost_hook is not None:  # e.g. the validation replay's real executor
+            self.cost = ctx.gpu_cost_hook(self.cost)
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.clock = 0.0
@@ -134,7 +137,7 @@ class ChunkedEngine:
         shape = BatchShape(
             num_tokens=int(n.sum()), prefill_chunks=n[pre], prefill_ctx=c[pre],
             num_decodes=int(dec.sum()), decode_ctx_sum=int((c[dec] + 1).sum()),
-            num_sample_rows=int(sample.sum()))
+            num_sample_rows=int(sample.sum()), decode_ctx=c[dec] + 1)
         return shape, sample
 
     def _apply(self, ids: np.ndarray, n: np.ndarray, sample: np.ndarray) -> None:

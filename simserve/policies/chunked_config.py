@@ -26,6 +26,10 @@ class ChunkedConfig:
     block_size: int = 16
     tp: int = 1
     cuda_graphs: bool = True
+    # iterations of at most this many tokens replay a CUDA graph; None = the GPU profile's
+    # `graph_max_tokens` (vLLM's default capture sizes end at 512). The validation replay
+    # sets it to cover every batch, as its executor graphs every iteration.
+    graph_max_tokens: int | None = None
     mixed_attention: str = "split"  # or "varlen": one FA2 varlen call over prefill + decodes
     vllm_version: str = "0.22.1"
     activation_reserve_gib: float | None = None
@@ -34,7 +38,8 @@ class ChunkedConfig:
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
-        for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override"):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override",
+                     "graph_max_tokens"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")

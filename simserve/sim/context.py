@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import simpy
@@ -83,3 +84,6 @@ class SimContext:
     recorder: Recorder
     rng: np.random.Generator
     stats: dict = field(default_factory=dict)
+    # wraps each GPU cost model an engine builds (None: use it as is); `simserve validate
+    # replay` puts a real executor behind it
+    gpu_cost_hook: Callable | None = None

@@ -25,10 +25,12 @@ class SimResult:
 
 
 def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardware | HardwareConfig,
-                   policy: str, policy_config=None, seed: int = 0, **policy_params) -> SimResult:
+                   policy: str, policy_config=None, seed: int = 0, gpu_cost_hook=None,
+                   **policy_params) -> SimResult:
     """Simulate `workload` under `policy` until every request has finished.
 
     `policy_config` is the policy's config dataclass; or pass its fields as keyword arguments.
+    `gpu_cost_hook(cost_model) -> cost_model` replaces engines' GPU cost models (validation).
     """
     if isinstance(model, str):
         model = get_model(model)
@@ -42,7 +44,8 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     table = RequestTable(workload)
     source = ArrivalSource(env, table.arrival)
     ctx = SimContext(env=env, model=model, hardware=hardware, cluster=cluster, table=table,
-                     source=source, recorder=Recorder(), rng=np.random.default_rng(seed))
+                     source=source, recorder=Recorder(), rng=np.random.default_rng(seed),
+                     gpu_cost_hook=gpu_cost_hook)
     source.handler = build(ctx, cfg)
     env.process(source.run())
     env.run()
