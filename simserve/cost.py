@@ -9,6 +9,8 @@ T tokens in the batch, prefill chunks of `chunk` new tokens after `ctx` cached o
 B decodes with total context ΣC, R rows that sample (decodes + chunks that end a prompt).
 `mixed_attention="varlen"` prices decodes that share one variable-length attention call
 with prefill chunks (the profile's `varlen_decode` table) instead of their own kernel.
+The forward pass is multiplied by the profile's in-situ factor of T (`overheads.in_situ`,
+fitted by `simserve validate fit` to whole forwards the real executor timed; 1 without one).
 Host cost: per-iteration + per-sequence overhead, and either a CUDA-graph replay (T at or below
 the profile's `graph_max_tokens` when graphs are on; kernels then run back to back, hiding
 `graph_overlap_us_per_kernel` of each separately timed kernel) or eager launches, which overlap the GPU
@@ -54,6 +56,17 @@ def prefill_batch(prompt_tokens: int, ctx: int = 0) -> BatchShape:
     """One chunk of `prompt_tokens` after `ctx` cached tokens, alone, sampling one token."""
     return BatchShape(num_tokens=prompt_tokens, prefill_chunks=np.array([prompt_tokens]),
                       prefill_ctx=np.array([ctx]), num_sample_rows=1)
+
+
+def in_situ_factor(m: dict | None, tokens: np.ndarray) -> np.ndarray:
+    """The profile's in-situ factor at each token count (1 without one): whole forward passes
+    measured by the real executor over the sum of separately timed kernels, a piecewise-linear
+    function of log2(tokens) through `tokens`/`factor` knots, flat beyond them."""
+    if not m:
+        return np.ones(len(tokens))
+    lx = np.log2(np.maximum(np.asarray(tokens, dtype=np.float64), 1.0))
+    return np.interp(lx, np.log2(np.asarray(m["tokens"], dtype=np.float64)),
+                     np.asarray(m["factor"], dtype=np.float64))
 
 
 class GpuCostModel:
@@ -122,6 +135,7 @@ class GpuCostModel:
         lm[0] = 0.0
         self._dense = dense.tolist()     # per layer, µs, indexed by tokens (incl. all-reduces)
         self._lm = lm.tolist()           # µs, indexed by sampled rows
+        self._situ = in_situ_factor(self.gpu.overheads.get("in_situ"), t).tolist()
         self._n = n
 
     def _ensure(self, tokens: int) -> None:
@@ -133,43 +147,44 @@ class GpuCostModel:
         return self._dense[tokens]
 
     # -- predictions --------------------------------------------------------------------
-    def host_us(self, tokens: int, num_seqs: int, gpu_layer_us: float) -> float:
-        """Host-side cost and the launch model; returns the whole-iteration layers' time too."""
-        base = self.iter_us + self.per_seq_us * num_seqs
+    def forward_us(self, tokens: int, gpu_layer_us, sample_rows: int):
+        """The forward pass (µs) from one layer's summed kernel times: the launch model (a CUDA
+        graph replay, whose back-to-back kernels hide `graph_overlap_us_per_kernel` each, or
+        eager launches overlapping the GPU work layer by layer), the LM head, and the in-situ
+        factor of `tokens`. `gpu_layer_us` may be an array (identical floats per element)."""
+        L = self.num_layers
         if tokens <= self.graph_max:
-            layer = max(gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us)
-            return base + self.graph_us + self.num_layers * layer
-        return base + self.num_layers * max(gpu_layer_us, self.launch_layer_us)
+            layer = np.maximum(gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us)
+            fwd = self.graph_us + L * layer
+        else:
+            fwd = L * np.maximum(gpu_layer_us, self.launch_layer_us)
+        return (fwd + self._lm[sample_rows]) * self._situ[tokens]
 
     def step_s(self, b: BatchShape) -> float:
         """Duration of one iteration in seconds."""
+        cmax = int(b.decode_ctx.max()) if b.decode_ctx is not None and len(b.decode_ctx) else None
         if b.num_prefills == 0:
-            return self.decode_only_s(b.num_decodes, b.decode_ctx_sum)
+            return self.decode_only_s(b.num_decodes, b.decode_ctx_sum, cmax)
         self._ensure(max(b.num_tokens, b.num_sample_rows))
         layer = self._dense[b.num_tokens] + self.prefill_attn(b.prefill_chunks, b.prefill_ctx)
         if b.num_decodes:
             if self.varlen is None:  # decodes get their own decode-attention kernel
-                layer += self.decode_attn(b.num_decodes, b.decode_ctx_sum)
+                layer += self.decode_attn(b.num_decodes, b.decode_ctx_sum, cmax)
             else:                    # one variable-length call over prefill chunks and decodes
                 layer += self.varlen[0] + self.varlen[1] * b.decode_ctx_sum
-        us = self.host_us(b.num_tokens, b.num_prefills + b.num_decodes, layer)
-        return (us + self._lm[b.num_sample_rows]) * 1e-6
+        base = self.iter_us + self.per_seq_us * (b.num_prefills + b.num_decodes)
+        return float(base + self.forward_us(b.num_tokens, layer, b.num_sample_rows)) * 1e-6
 
-    def decode_only_s(self, num_decodes: int, ctx_sum):
-        """Decode-only iteration(s): scalar or array of context sums, identical floats."""
+    def decode_only_s(self, num_decodes: int, ctx_sum, ctx_max=None):
+        """Decode-only iteration(s): scalar or array of context sums (and of longest contexts,
+        when given: unequal contexts cost more in a split-K kernel), identical floats."""
         B = num_decodes
         if B == 0:
             return 0.0 * ctx_sum
         self._ensure(B)
         base = self.iter_us + self.per_seq_us * B
-        lm = self._lm[B]
-        layer = self._dense[B] + self.decode_attn(B, ctx_sum)
-        if B <= self.graph_max:
-            layer = np.maximum(layer - self.graph_overlap_layer_us, 0.5 * layer)
-            us = base + self.graph_us + self.num_layers * layer
-        else:
-            us = base + self.num_layers * np.maximum(layer, self.launch_layer_us)
-        return (us + lm) * 1e-6
+        layer = self._dense[B] + self.decode_attn(B, ctx_sum, ctx_max)
+        return (base + self.forward_us(B, layer, B)) * 1e-6
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads

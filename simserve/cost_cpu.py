@@ -33,6 +33,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from simserve.cost import in_situ_factor
 from simserve.errors import ConfigError
 from simserve.hardware import controls
 from simserve.hardware.datasheets import CPU_EFFICIENCY
@@ -114,6 +115,7 @@ class CpuCostModel:
             self.gloo_latency_us = float(ln.get("collective_latency_us",
                                                 ln.get("latency_us", self.gloo_latency_us)))
         self.decode_attn = self.ops.decode_attn.us
+        self._situ = cpu_profile.overheads.get("in_situ")
 
     # -- pieces ---------------------------------------------------------------------------
     def copy_us(self, nbytes: float) -> float:
@@ -174,10 +176,22 @@ class CpuCostModel:
 
     def stage_us(self, b: int, ctx_sum) -> dict:
         """Stage times in µs; the three layer stages are per layer:
-        iteration = pre_layer + L·(pre_attention + attention + post_attention) + post_layer."""
-        return {"pre_layer": self.pre_layer_us(b), "pre_attention": self.pre_attention_us(b),
-                "attention": self.attention_us(b, ctx_sum),
-                "post_attention": self.post_attention_us(b), "post_layer": self.post_layer_us(b)}
+        iteration = pre_layer + L·(pre_attention + attention + post_attention) + post_layer.
+        Every stage but the host overhead is scaled by the profile's in-situ factor of b."""
+        f = self.in_situ(b)
+        host = self.iter_us + self.per_seq_us * b
+        return {"pre_layer": host + (self.pre_layer_us(b) - host) * f,
+                "pre_attention": self.pre_attention_us(b) * f,
+                "attention": self.attention_us(b, ctx_sum) * f,
+                "post_attention": self.post_attention_us(b) * f,
+                "post_layer": self.post_layer_us(b) * f}
+
+    def in_situ(self, b: int) -> float:
+        """Whole CPU iterations (real executor) over the sum of separately priced ops at batch
+        b: the profile's `overheads.in_situ` (`simserve validate fit`), 1 without one."""
+        if self._situ is None:
+            return 1.0
+        return float(in_situ_factor(self._situ, np.array([b]))[0])
 
     def iteration_s(self, b: int, ctx_sum):
         """One CPU decode iteration in seconds; `ctx_sum` may be an array (same floats as the

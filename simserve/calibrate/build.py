@@ -146,6 +146,44 @@ def _decode_grid(raw: pd.DataFrame, model: str, tp: int) -> tuple[Grid, str] | N
             f"scaled from {m} TP{t} ({kv} KV heads per rank) to {nkv} by context")
 
 
+def _decode_imbalance(raw: pd.DataFrame, sms: int) -> dict | None:
+    """Kernel parameters of the split-K decode kernel and its per-program streaming rate,
+    fitted (least squares in log time) to the mixed-context points against the equal-context
+    grid; see `hardware.attention.SplitImbalance`."""
+    from scipy.optimize import minimize_scalar
+
+    from simserve.calibrate.triton_kernels_params import DECODE_MIN_SPLIT, DECODE_PROGRAMS_PER_SM
+    from simserve.hardware.attention import SplitImbalance
+    mx = _pts(raw, part="gpu_decode_attn", op="decode_attn_mixed_ctx")
+    if mx.empty:
+        return None
+    impl = mx.impl.iloc[0]
+    block_n = int(impl.split("block_n ")[1].split()[0]) if "block_n " in impl else 64
+    params = {"target_programs": DECODE_PROGRAMS_PER_SM * sms, "min_split_tokens": DECODE_MIN_SPLIT,
+              "block_n": block_n}
+    cases = []
+    for (m, t), g in mx.groupby(["model", "tp"]):
+        grid, _ = _decode_grid(raw, m, int(t))
+        kvh = get_model(m).heads_per_rank(int(t))[1]
+        for r in g.itertuples():
+            b, cs = int(r.batch), int(r.context_sum)
+            cases.append((kvh, b, cs, int(r.context), float(grid(b, cs / b)), float(r.median_us)))
+
+    def loss(log_rate):
+        err = 0.0
+        for kvh, b, cs, cm, base, meas in cases:
+            imb = SplitImbalance(dict(params, kv_heads=kvh, program_tokens_per_us=np.exp(log_rate)))
+            err += np.log(base * float(imb.factor(b, cs, cm, base)) / meas) ** 2
+        return err
+
+    res = minimize_scalar(loss, bounds=(np.log(1.0), np.log(1000.0)), method="bounded")
+    rms = float(np.sqrt(res.fun / len(cases)) * 100)
+    before = float(np.sqrt(np.mean([np.log(c[4] / c[5]) ** 2 for c in cases])) * 100)
+    return dict(params, program_tokens_per_us=round(float(np.exp(res.x)), 3),
+                source=f"fitted to {len(cases)} mixed-context points: RMS log error "
+                       f"{rms:.1f}% (equal-context grid alone: {before:.1f}%)")
+
+
 def _varlen(raw: pd.DataFrame) -> dict | None:
     mx = _pts(raw, part="gpu_prefill_attn", model="llama-3.1-8b", tp=1)
     mx = mx[mx.op.str.startswith("mixed_")]
@@ -158,6 +196,17 @@ def _varlen(raw: pd.DataFrame) -> dict | None:
     (c0, c1), _ = nnls(A, extra.to_numpy(float))
     return {"const_us": round(float(c0), 4), "per_context_token": float(f"{c1:.6g}"),
             "source": "measured: FA2 varlen over one prefill chunk + decodes, minus the chunk alone"}
+
+
+def _add_in_situ(prof: dict, path: Path) -> None:
+    """The in-situ factor `simserve validate fit` wrote from real-executor runs, if any."""
+    if not path.exists():
+        return
+    f = json.loads(path.read_text())
+    prof["overheads"]["in_situ"] = {
+        "tokens": f["tokens"], "factor": f["factor"],
+        "source": f"{f['source']}; MAPE {f['mape_without_pct']}% without, "
+                  f"{f['mape_out_of_fold_pct']}% out of fold (2-fold CV)"}
 
 
 def _overheads(raw: pd.DataFrame, base: dict) -> dict:
@@ -180,7 +229,9 @@ def build_gpu(raw_dir: Path, name: str) -> dict:
     raw, prof = _start(raw_dir, base, "kernel timings fitted into monotone knot tables and "
                        "grids (simserve/calibrate/tables.py)")
     prof["overheads"] = _overheads(raw, base["overheads"])
+    _add_in_situ(prof, raw_dir / "in_situ.json")
     varlen = _varlen(raw)
+    imbalance = _decode_imbalance(raw, int(_meta(raw_dir).get("gpu", {}).get("sms") or 132))
     ops = {}
     for m in CATALOG:
         ops[m] = {}
@@ -197,6 +248,9 @@ def build_gpu(raw_dir: Path, name: str) -> dict:
                                  else dict(roof["prefill_attn"], source="derived (roofline)"))
             t["decode_attn"] = (dict(kind="grid", **dg[0].to_yaml(), source=dg[1]) if dg
                                 else dict(roof["decode_attn"], source="derived (roofline)"))
+            if dg and imbalance:
+                t["decode_attn"]["imbalance"] = dict(
+                    imbalance, kv_heads=get_model(m).heads_per_rank(tp)[1])
             if varlen:
                 kv_ratio = get_model(m).heads_per_rank(tp)[1] / 8
                 t["varlen_decode"] = dict(varlen, per_context_token=float(
@@ -238,7 +292,8 @@ def build_cpu(raw_dir: Path, name: str) -> dict:
     raw, prof = _start(raw_dir, base, "bf16 oneDNN (AMX) dense ops and SDPA decode attention; "
                        "fastest implementation per point")
     prof["spec"] = dict(base["spec"], cpu_model=_meta(raw_dir).get("cpu_model"))
-    prof["overheads"] = base["overheads"]
+    prof["overheads"] = dict(base["overheads"])
+    _add_in_situ(prof, raw_dir / "in_situ_cpu.json")
     cpu = _pts(raw, part="cpu")
     cpu = cpu[cpu.model != ""]  # ceilings (host copy) carry no model
     ops: dict = {}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 import triton
+
+from .triton_kernels_params import DECODE_MIN_SPLIT
 import triton.language as tl
 
 
@@ -225,7 +227,7 @@ def _paged_decode_stage2(MO, ML, O, n_splits, stride_mob, stride_moh, stride_mos
 
 
 def decode_splits(batch: int, kv_heads: int, max_len: int, block_n: int,
-                  target_programs: int = 528, min_split: int = 256) -> tuple[int, int]:
+                  target_programs: int = 528, min_split: int = DECODE_MIN_SPLIT) -> tuple[int, int]:
     s = max(1, min(-(-target_programs // (batch * kv_heads)), -(-max_len // min_split)))
     split_len = -(-(-(-max_len // s)) // block_n) * block_n
     s = max(1, -(-max_len // split_len))

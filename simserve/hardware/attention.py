@@ -58,8 +58,43 @@ class DecodeAffine:
         self.const, self.per_seq = a.const_us, a.coef("per_seq")
         self.per_ctx = a.coef("per_context_token")
 
-    def us(self, batch: int, ctx_sum):
+    def us(self, batch: int, ctx_sum, ctx_max=None):
         return self.const + self.per_seq * batch + self.per_ctx * ctx_sum
+
+
+class SplitImbalance:
+    """Unequal contexts in a split-K paged decode kernel (the Triton kernel calibration times).
+
+    The kernel runs batch × kv_heads × s programs, s splits per sequence chosen from the
+    longest context (as many as fill `target_programs`, none shorter than `min_split_tokens`,
+    lengths rounded up to `block_n`); a program streams its split at about
+    `program_tokens_per_us`. The grid was measured with equal contexts, where every program
+    is equally long; with unequal ones the longest program, L tokens, sets a tail. Time:
+        grid(B, ΣC/B) · g(L / (r · grid)) / g(L_eq / (r · grid)),  g(x) = sqrt(1 + x²)
+    (a smooth max of the bandwidth-bound time and the longest program), with L_eq the
+    longest program at equal contexts, so equal contexts give the grid exactly. r is fitted
+    to calibration's mixed-context points (`simserve calibrate fit`)."""
+
+    def __init__(self, m: dict):
+        self.target = int(m["target_programs"])
+        self.min_split = int(m["min_split_tokens"])
+        self.block = int(m["block_n"])
+        self.kv_heads = int(m["kv_heads"])
+        self.rate = float(m["program_tokens_per_us"])
+
+    def longest(self, batch: int, max_len):
+        m = np.asarray(max_len, dtype=np.int64)
+        s = np.maximum(1, np.minimum(-(-self.target // (batch * self.kv_heads)),
+                                     -(-m // self.min_split)))
+        split = -(-(-(-m // s)) // self.block) * self.block
+        return np.minimum(m, split)
+
+    def factor(self, batch: int, ctx_sum, ctx_max, base_us):
+        eq = -(-np.asarray(ctx_sum, dtype=np.int64) // batch)
+        scale = 1.0 / (self.rate * np.maximum(base_us, 1e-9))
+        x = self.longest(batch, ctx_max) * scale
+        xe = self.longest(batch, eq) * scale
+        return np.sqrt(1.0 + x * x) / np.sqrt(1.0 + xe * xe)
 
 
 class DecodeGrid:
@@ -67,10 +102,20 @@ class DecodeGrid:
 
     def __init__(self, name: str, m: dict):
         self.grid = Grid.from_mapping(name, m)
+        imb = m.get("imbalance")
+        self.imbalance = SplitImbalance(imb) if imb else None
 
-    def us(self, batch: int, ctx_sum):
-        return self.grid(batch, np.asarray(ctx_sum, dtype=np.float64) / batch) \
-            if np.ndim(ctx_sum) else float(self.grid(batch, ctx_sum / batch))
+    def us(self, batch: int, ctx_sum, ctx_max=None):
+        """µs for `batch` decodes with Σ context `ctx_sum`; with `ctx_max` (the longest
+        context; arrays allowed) unequal contexts are priced too."""
+        if np.ndim(ctx_sum):
+            base = self.grid(batch, np.asarray(ctx_sum, dtype=np.float64) / batch)
+        else:
+            base = float(self.grid(batch, ctx_sum / batch))
+        if ctx_max is None or self.imbalance is None:
+            return base
+        f = self.imbalance.factor(batch, ctx_sum, ctx_max, base)
+        return base * f if np.ndim(f) else float(base * f)
 
 
 def prefill_fn(name: str, m: dict):

@@ -197,8 +197,9 @@ class ChunkedEngine:
             kmax = lo
         if kmax < 2:
             return 0
-        S = int((c + 1).sum()) + B * np.arange(kmax, dtype=np.int64)
-        d = self.cost.decode_only_s(B, S)
+        steps = np.arange(kmax, dtype=np.int64)
+        S = int((c + 1).sum()) + B * steps
+        d = self.cost.decode_only_s(B, S, int(c.max()) + 1 + steps)
         ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
         # steps after the first must start before the next arrival could be seen
         k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
