@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "simserve.experiment.capacity_cli",
     "simserve.experiment.plot_cli",
     "simserve.experiment.regress_cli",
+    "simserve.validate.cli",
 )
 
 

@@ -7,6 +7,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.workload.spec import Workload
 
 H100 = resolve_hardware(HardwareConfig(gpu="h100-sxm"))
+H200 = resolve_hardware(HardwareConfig(gpu="h200-sxm"))
 
 
 def workload(arrival, prompt, output) -> Workload:

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.sim.run import simulate_point
-from tests.helpers import H100, workload
+from tests.helpers import H100, H200, workload
 
 
 @st.composite
@@ -21,12 +21,17 @@ def scenarios(draw):
     budget = draw(st.sampled_from([64, 256, 512, 2048, 8192]))
     policy = draw(st.sampled_from(["vllm", "sarathi"]))
     max_seqs = draw(st.sampled_from([4, 64, 256]))
+    # H200's measured profile adds the unequal-context decode term and the in-situ factor
+    hw = draw(st.sampled_from(["h100", "h200"]))
     return workload(arrival, prompt, output), policy, dict(
-        max_num_batched_tokens=budget, num_gpu_blocks_override=blocks, max_num_seqs=max_seqs)
+        max_num_batched_tokens=budget, num_gpu_blocks_override=blocks, max_num_seqs=max_seqs,
+        hw=hw)
 
 
 def _run(w, policy, params, leap=True):
-    return simulate_point(w, "llama-3.1-8b", H100, policy, leap=leap, **params)
+    p = dict(params)
+    hw = H200 if p.pop("hw", "h100") == "h200" else H100
+    return simulate_point(w, "llama-3.1-8b", hw, policy, leap=leap, **p)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

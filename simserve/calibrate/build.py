@@ -206,7 +206,7 @@ def _add_in_situ(prof: dict, path: Path) -> None:
     prof["overheads"]["in_situ"] = {
         "tokens": f["tokens"], "factor": f["factor"],
         "source": f"{f['source']}; MAPE {f['mape_without_pct']}% without, "
-                  f"{f['mape_out_of_fold_pct']}% out of fold (2-fold CV)"}
+                  f"{f['mape_out_of_fold_pct']}% held out ({f.get('held_out', '2-fold CV')})"}
 
 
 def _overheads(raw: pd.DataFrame, base: dict) -> dict:

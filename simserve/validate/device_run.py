@@ -71,10 +71,25 @@ def gpu_part(a, deadline, log):
     return ex
 
 
+def host_copy_gbps(threads: int) -> float:
+    """The host copy ceiling now (as calibration's `stream_copy`: 1 GiB bf16 copy, bytes read
+    + written), so CPU results can be compared across boots of a VM whose bandwidth varies."""
+    import torch
+    from simserve.calibrate.timing import bench_wall, rand
+    torch.set_num_threads(threads)
+    n = 1 << 29
+    x = rand((n,), "cpu")
+    y = torch.empty_like(x)
+    r = bench_wall(lambda i: y.copy_(x), target_s=0.3, min_reps=3, max_reps=10)
+    return 4 * n / r["median_us"] / 1e3
+
+
 def cpu_part(a, deadline, log):
     from simserve.calibrate.cpu_executor import CpuExecutor
     from simserve.validate.batches import cpu_batches
     ex = CpuExecutor(a.model, threads=a.cpu_threads, layers=a.cpu_layers)
+    a.cpu_copy_gbps = host_copy_gbps(a.cpu_threads)
+    log(f"cpu: host copy {a.cpu_copy_gbps:.1f} GB/s at {a.cpu_threads} threads")
     rows = Rows(os.path.join(a.out, "cpu_iterations.csv"), CPU_COLS)
     for i, b in enumerate(cpu_batches(a.cpu_n, seed=a.seed + 1)):
         if time.monotonic() > deadline:
@@ -160,6 +175,7 @@ def main(argv=None):
             log(f"{part} failed:\n{traceback.format_exc()}")
             meta.setdefault("failed", []).append(part)
     meta["wall_s"] = time.monotonic() - t0
+    meta["cpu_stream_copy_gbps"] = getattr(a, "cpu_copy_gbps", None)
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, default=str)
 

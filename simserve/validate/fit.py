@@ -102,25 +102,35 @@ def raw_cpu_predictions(df, profile: str, model: str) -> np.ndarray:
     return np.array(out)
 
 
-def fit_cpu(points_csv: str, profile: str, model: str, knots=CPU_KNOTS) -> dict:
-    """As `fit`, for CPU decode iterations against the CPU cost model, by decode batch."""
+def fit_cpu(points_csvs, profile: str, model: str, knots=CPU_KNOTS) -> dict:
+    """As `fit`, for CPU decode iterations against the CPU cost model, by decode batch. With
+    several runs (e.g. separate boots of a VM whose host bandwidth varies), the held-out error
+    is leave-one-run-out; with one, two-fold by index parity."""
     import pandas as pd
-    df = pd.read_csv(points_csv)
+    if isinstance(points_csvs, str):
+        points_csvs = [points_csvs]
+    frames = [pd.read_csv(p).assign(run=k) for k, p in enumerate(points_csvs)]
+    df = pd.concat(frames, ignore_index=True)
     B, meas = df.batch.to_numpy(), df.measured_us.to_numpy(float)
     pred = raw_cpu_predictions(df, profile, model)
-    idx = np.arange(len(df))
+    fold = df.run.to_numpy() if len(frames) > 1 else np.arange(len(df)) % 2
     oof = np.empty(len(df))
-    for part in (0, 1):
-        train, test = idx % 2 != part, idx % 2 == part
+    per_fold = {}
+
+    def mape(p, m=meas):
+        return float(np.mean(np.abs(p - m) / m) * 100)
+
+    for part in np.unique(fold):
+        train, test = fold != part, fold == part
         oof[test] = apply(B[test], pred[test], fit_log_factor(B[train], meas[train], pred[train],
                                                               knots), knots)
+        per_fold[int(part)] = round(mape(oof[test], meas[test]), 2)
     full = fit_log_factor(B, meas, pred, knots)
-
-    def mape(p):
-        return float(np.mean(np.abs(p - meas) / meas) * 100)
-
+    how = "leave-one-run-out" if len(frames) > 1 else "2-fold CV"
     return {"tokens": list(knots), "factor": [round(float(x), 4) for x in full], "n": len(df),
             "mape_without_pct": round(mape(pred), 2), "mape_out_of_fold_pct": round(mape(oof), 2),
             "mape_in_sample_pct": round(mape(apply(B, pred, full, knots)), 2),
-            "source": f"simserve validate fit on {len(df)} {model} CPU decode iterations "
-                      f"({Path(points_csv).as_posix()}) on the real CPU executor"}
+            "held_out": how, "mape_per_fold_pct": per_fold,
+            "source": f"simserve validate fit on {len(df)} {model} CPU decode iterations from "
+                      f"{len(frames)} run(s) ({', '.join(Path(p).parent.name for p in points_csvs)}) "
+                      f"on the real CPU executor; held out {how}"}

@@ -20,8 +20,10 @@ def save_replay(out: str, res: dict, info: dict) -> None:
         if run not in res:
             continue
         r = res[run]
-        request_frame(r["records"]).to_csv(os.path.join(out, f"replay_{run}_requests.csv"),
-                                           index=False)
+        # per-request results without the trace's own token counts (traces are not
+        # redistributed with results)
+        request_frame(r["records"]).drop(columns=["prompt_tokens", "output_tokens"]).to_csv(
+            os.path.join(out, f"replay_{run}_requests.csv"), index=False)
         doc[run] = {"summary": r["summary"], "wall_s": r["wall_s"], "iterations": r["iterations"]}
         if "log" in r:
             pd.DataFrame(r["log"], columns=LOG_COLS).to_csv(
