@@ -55,7 +55,18 @@ def _scale_decode_grid(da: dict, m, tp: int, src, dst) -> dict:
     return dict(da, us=[_r(row) for row in us])
 
 
-def rescale_ops(t: dict, model: str, tp: int, src, dst) -> dict:
+def _scale_imbalance(imb: dict, src_ds: dict, dst_ds: dict) -> dict:
+    """The split-K decode kernel on another GPU: it aims for the same programs per SM, and a
+    program streams at its SM's share of the memory bandwidth."""
+    from simserve.calibrate.triton_kernels_params import DECODE_PROGRAMS_PER_SM
+    per_sm = (dst_ds["mem_bandwidth_gbps"] / dst_ds["sms"]) / (src_ds["mem_bandwidth_gbps"] / src_ds["sms"])
+    return dict(imb, target_programs=DECODE_PROGRAMS_PER_SM * int(dst_ds["sms"]),
+                program_tokens_per_us=round(float(imb["program_tokens_per_us"]) * per_sm, 3),
+                source=f"{imb.get('source', 'measured')}; scaled to {dst_ds['sms']} SMs and "
+                       f"{dst_ds['mem_bandwidth_gbps']} GB/s")
+
+
+def rescale_ops(t: dict, model: str, tp: int, src, dst, src_ds=None, dst_ds=None) -> dict:
     m = get_model(model)
     out = copy.deepcopy(t)
     tok = np.asarray(t["tokens"], dtype=np.float64)
@@ -74,6 +85,9 @@ def rescale_ops(t: dict, model: str, tp: int, src, dst) -> dict:
         out["prefill_attn"]["us"] = [_r(row) for row in us]
     if t["decode_attn"].get("kind") == "grid":
         out["decode_attn"] = _scale_decode_grid(t["decode_attn"], m, tp, src, dst)
+        if "imbalance" in t["decode_attn"] and src_ds and dst_ds:
+            out["decode_attn"]["imbalance"] = _scale_imbalance(t["decode_attn"]["imbalance"],
+                                                               src_ds, dst_ds)
     if "varlen_decode" in t:
         v = dict(t["varlen_decode"])
         v["per_context_token"] = float(f"{v['per_context_token'] * src[1] / dst[1]:.6g}")
@@ -103,6 +117,11 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
         "date": _dt.date.today().isoformat(),
     }
     prof["overheads"] = dict(src_p.overheads, source=f"host costs as measured/assumed for {src_name}")
+    if "in_situ" in prof["overheads"]:
+        prof["overheads"]["in_situ"] = dict(
+            prof["overheads"]["in_situ"],
+            source=f"carried over from {src_name} (not validated on {dst_name}): "
+                   + prof["overheads"]["in_situ"].get("source", ""))
     ops = {}
     for model, per_tp in src_p.raw_ops.items():
         ops[model] = {}
@@ -110,7 +129,7 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
             if str(t.get("source", "")).startswith("derived"):
                 ops[model][key] = roof["ops"][model][key]
             else:
-                ops[model][key] = rescale_ops(t, model, int(key[2:]), src, dst)
+                ops[model][key] = rescale_ops(t, model, int(key[2:]), src, dst, s, d)
     prof["ops"] = ops
     return prof
 
