@@ -183,10 +183,22 @@ def _peek_kind(p: Path) -> str | None:
     return None
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
+_PARSED: dict = {}  # (path, mtime_ns, size) -> parsed YAML; profiles are read-only once loaded
+
+
+def _read_yaml(p: Path):
+    st = p.stat()
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        with open(p) as f:
+            _PARSED[key] = yaml.load(f, Loader=_LOADER)
+    return _PARSED[key]
+
+
 def _parse(p: Path, expect_kind: str | None) -> HardwareProfile:
     try:
-        with open(p) as f:
-            d = yaml.safe_load(f)
+        d = _read_yaml(p)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
     if not isinstance(d, dict):
