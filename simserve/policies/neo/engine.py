@@ -215,11 +215,11 @@ class NeoEngine:
         t.computed[ids] += k
         t.emit_many(ids, ends[:k - 1])
         self.clock = float(ends[k - 1])
+        self.ctx.recorder.num_iterations += k
+        self.num_gpu_only += k
         done = t.emit(ids, self.clock)
         if len(done):
             self._finish(done)
-        self.ctx.recorder.num_iterations += k
-        self.num_gpu_only += k
         self._sample()
         return k
 

@@ -85,6 +85,10 @@ class Predictor:
     def cdec(self, n: int, ctx) -> float:
         return self.cpu.attention_us(n, ctx) if n else 0.0
 
+    def cdec_each(self, seq_len: np.ndarray) -> np.ndarray:
+        """T_cdec of each request alone (vectorised over the CPU queue)."""
+        return np.asarray(self.cpu.attention_us(1, seq_len.astype(np.float64)), dtype=np.float64)
+
     def gpu_time(self, b: SubBatch) -> float:
         return self.lin(b.tokens) + b.pref_us + self.gdec(b.n_gdec, b.gdec_ctx)
 
