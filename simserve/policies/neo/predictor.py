@@ -71,6 +71,15 @@ class Predictor:
         # activations of one CPU-decode row per layer and rank: q, k, v down; attention out up
         self.act_d2h_bytes = (model.num_heads + 2 * model.num_kv_heads) // tp * hd * DTYPE_BYTES
         self.act_h2d_bytes = model.num_heads // tp * hd * DTYPE_BYTES
+        # one scalar CPU-attention prediction per candidate in the scan: use the grid's plain
+        # Python path when the profile has one (the same function up to the last bit)
+        da = cpu.ops.decode_attn
+        grid = getattr(da, "grid", None) if getattr(da, "kind", "") == "grid" else None
+        if grid is not None:
+            scalar, tp_cpu = grid.scalar, cpu.tp
+            self._cdec = lambda n, ctx: scalar(n, ctx / n) / tp_cpu
+        else:
+            self._cdec = lambda n, ctx: float(cpu.attention_us(n, ctx))
 
     # -- NEO's per-layer functions (µs) ---------------------------------------------------
     def lin(self, tokens: int) -> float:
@@ -82,8 +91,8 @@ class Predictor:
     def gdec(self, n: int, ctx: int) -> float:
         return float(self.gpu.decode_attn(n, ctx)) if n else 0.0
 
-    def cdec(self, n: int, ctx) -> float:
-        return self.cpu.attention_us(n, ctx) if n else 0.0
+    def cdec(self, n: int, ctx: int) -> float:
+        return self._cdec(n, ctx) if n else 0.0
 
     def cdec_each(self, seq_len: np.ndarray) -> np.ndarray:
         """T_cdec of each request alone (vectorised over the CPU queue)."""
