@@ -184,8 +184,33 @@ class NeoEngine:
 
     # -- event leaping over GPU-only decode rounds ------------------------------------------
     def _leap_ok(self) -> bool:
-        return (bool(self.gpu_q) and not self.waiting and not self.cpu_q
-                and len(self.gpu_q) <= min(self.cfg.max_batch_size, self.cfg.max_tokens_in_batch))
+        """Only GPU decodes will run for the next rounds: nothing waits, and every CPU request
+        stays stalled (no swap-in, none fits the pipeline), which holds until a request
+        finishes or arrives since the GPU decodes' blocks only grow and b0 keeps its width."""
+        B = len(self.gpu_q)
+        cfg = self.cfg
+        if not B or self.waiting or B > min(cfg.max_batch_size, cfg.max_tokens_in_batch):
+            return False
+        if not self.cpu_q:
+            return True
+        t, bs = self.ctx.table, self.block_size
+        ids = np.asarray(self.gpu_q, dtype=np.int64)
+        need = int((-(-t.num_tokens[ids] // bs)).sum())
+        if need > self.gpu_pool.num_blocks:
+            return False                       # a swap-out is due
+        head = self.cpu_q[0]
+        if (B < min(cfg.max_batch_size, cfg.max_tokens_in_batch)
+                and need + -(-int(t.num_tokens[head]) // bs)
+                <= round(cfg.swap_in_ratio * self.gpu_pool.num_blocks)):
+            return False                       # the head would be swapped in
+        if not cfg.use_cpu:
+            return True
+        cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
+        clen = t.num_tokens[cq]
+        grow = -(-clen // bs) > self.host_blocks[cq]
+        ok = ~grow | (self.host_pool.num_free > 0)
+        alone = self.pred.cdec_each(clen) + self.pred.lnch_us
+        return not np.any(ok & (alone <= self.pred.lin(B)))   # no CPU decode fits b1
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
