@@ -71,6 +71,16 @@ def test_every_request_finishes_and_both_kv_pools_stay_within_capacity(sc):
     assert rec.token_on_cpu.sum() == neo["num_cpu_tokens"]
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_event_leaping_matches_stepping_exactly(sc):
+    w, params = sc
+    a, b = _neo(w, leap=True, **params), _neo(w, leap=False, **params)
+    assert np.array_equal(a.records.token_times_s, b.records.token_times_s)
+    assert np.array_equal(a.records.token_on_cpu, b.records.token_on_cpu)
+    assert a.stats["num_iterations"] == b.stats["num_iterations"]
+
+
 def test_cpu_path_is_used_under_kv_pressure():
     rng = np.random.default_rng(3)
     n = 60

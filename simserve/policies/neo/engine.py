@@ -34,8 +34,8 @@ class NeoEngine:
         self.block_size = cfg.block_size
         self.pool = self.gpu_pool = BlockPool("neo.gpu_kv", num_gpu_blocks, cfg.block_size)
         self.host_pool = BlockPool("neo.host_kv", num_cpu_blocks, cfg.block_size)
-        # intermediate GPU blocks of Prefill-to-CPU prompts (NEO: as many as GPU blocks; they
-        # come out of the activation reserve of the max-token prefill, not the KV pool)
+        # intermediate GPU blocks of Prefill-to-CPU prompts, held for the prefill's round only
+        # (NEO sizes them like the GPU pool; here they are not charged to GPU memory)
         self.itm_pool = BlockPool("neo.itm_kv", num_gpu_blocks, cfg.block_size)
         self.host_blocks = np.zeros(ctx.table.n, dtype=np.int64)
         self.kv_token_bytes = ctx.model.kv_bytes_per_token_per_rank(cfg.tp)
