@@ -46,7 +46,7 @@ class NeoEngine:
         self.clock = 0.0
         self._wake = None
         self.index = 0
-        self.num_swap_out = self.num_swap_in = self.num_stalled = 0
+        self.num_swap_out = self.num_swap_in = self.num_recompute = 0
         self.num_pipe = self.num_gpu_only = self.num_idle = 0
         self.cpu_tokens = 0
         self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
@@ -99,9 +99,12 @@ class NeoEngine:
             if d.mode == "none":
                 self.num_idle += 1
                 if self.ctx.source.next_index >= self.ctx.source.n:
-                    raise RuntimeError("neo: no runnable work and no arrivals left "
-                                       f"({len(self.waiting)} waiting, {len(self.cpu_q)} on CPU); "
-                                       "host or GPU KV pool too small?")
+                    raise RuntimeError(
+                        "neo: no runnable work and no arrivals left "
+                        f"({len(self.waiting)} waiting, {len(self.gpu_q)} on the GPU, "
+                        f"{len(self.cpu_q)} on the CPU; GPU {self.gpu_pool.num_used}/"
+                        f"{self.gpu_pool.num_blocks} and host {self.host_pool.num_used}/"
+                        f"{self.host_pool.num_blocks} blocks used); KV pools too small?")
                 yield from self._idle()
                 continue
             start = self.clock
@@ -110,7 +113,7 @@ class NeoEngine:
                 dur, head, layer = self.pred.pipeline_s(d.b0, d.b1)
                 self.num_pipe += 1
             else:
-                plen = t.prompt[pref]
+                plen = t.num_tokens[pref]
                 shape = BatchShape(num_tokens=d.g.tokens, prefill_chunks=plen,
                                    prefill_ctx=np.zeros(len(plen), dtype=np.int64),
                                    num_decodes=len(r.gdec),
@@ -126,7 +129,7 @@ class NeoEngine:
             rec.num_steps_scheduled += 1
             swaps = env.process(self._swaps(r.swap_out_tokens, r.swap_in_tokens)) if (
                 r.swap_out_tokens or r.swap_in_tokens) else None
-            cp_tokens = int(t.prompt[r.pref_cpu].sum())
+            cp_tokens = int(t.num_tokens[r.pref_cpu].sum())
             copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
                 if cp_tokens else None
             end = start + dur
@@ -151,14 +154,14 @@ class NeoEngine:
 
     def _apply(self, r, pref: np.ndarray) -> None:
         t = self.ctx.table
-        t.computed[pref] = t.prompt[pref]
+        self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
+        t.computed[pref] = t.num_tokens[pref]
         t.computed[r.gdec] += 1
         done = t.emit(np.concatenate((pref, r.gdec)), self.clock)
         if len(r.cdec):
             t.computed[r.cdec] += 1
             done = np.concatenate((done, t.emit(r.cdec, self.clock, on_cpu=True)))
             self.cpu_tokens += len(r.cdec)
-        self.itm_pool.free(int(-(-t.prompt[r.pref_cpu] // self.block_size).sum()))
         self.gpu_q.extend(r.pref_gpu.tolist())
         self.cpu_q.extend(r.pref_cpu.tolist())
         if len(done):
@@ -257,5 +260,5 @@ class NeoEngine:
                 "num_pipeline_iterations": self.num_pipe,
                 "num_gpu_only_iterations": self.num_gpu_only,
                 "num_idle_rounds": self.num_idle, "num_swap_out": self.num_swap_out,
-                "num_swap_in": self.num_swap_in, "num_stalled_victims": self.num_stalled,
+                "num_swap_in": self.num_swap_in, "num_recompute_victims": self.num_recompute,
                 "num_cpu_tokens": self.cpu_tokens}

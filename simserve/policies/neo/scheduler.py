@@ -2,8 +2,9 @@
 
 1. every GPU decode is charged 1 row + 1 token and the blocks it holds after this step;
 2. while the budget is overspent or those blocks exceed the GPU pool, the newest GPU decode is
-   swapped out to the FRONT of the CPU queue (if the host pool cannot take it, it is left on
-   the GPU and skipped this round instead: a guard NEO does not need with its host reserve);
+   swapped out to the FRONT of the CPU queue. If the host pool cannot take it (NEO's host
+   reserve makes that rare; it has no answer for it) it is preempted by recompute as in vLLM
+   (its re-prefill may exceed the token budget, and then runs without other work);
 3. otherwise swap in from the front of the CPU queue while the GPU decodes' blocks stay within
    `swap_in_ratio` (0.95) of the pool: the hysteresis keeps 2 and 3 apart;
 4. scan the waiting queue FIFO for whole-prompt prefills, GPU-destined while they fit and no
@@ -49,7 +50,7 @@ def next_round(e) -> Round:
     rows -= len(ids)
     toks -= len(ids)
     keep = len(ids)
-    out, stalled = [], []
+    out, recompute = [], []
     host_free = e.host_pool.num_free
     while keep and (rows < 0 or toks < 0 or gpu_need > G):
         keep -= 1
@@ -61,8 +62,8 @@ def next_round(e) -> Round:
             host_free -= held
             gpu_need -= int(need[keep])
         else:
-            stalled.append(v)
-            gpu_need -= int(need[keep]) - held
+            recompute.append(v)
+            gpu_need -= int(need[keep])
     r = Round(Decision("none"))
     for v in out:                      # the newest ends up at the front
         held = int(t.blocks[v])
@@ -72,13 +73,18 @@ def next_round(e) -> Round:
         t.blocks[v] = 0
         r.swap_out_tokens += int(t.computed[v])
         e.cpu_q.appendleft(v)
-    if out or stalled:
-        gone = set(out) | set(stalled)
-        run = [x for x in e.gpu_q if x not in gone]
-        if out:
-            e.gpu_q = [x for x in e.gpu_q if x not in set(out)]
+    for v in recompute:                # vLLM-style: all KV dropped, re-prefilled later
+        e.gpu_pool.free(int(t.blocks[v]))
+        t.blocks[v] = 0
+        t.computed[v] = 0
+        t.preemptions[v] += 1
+        e.waiting.appendleft(v)
+    if out or recompute:
+        moved = set(out) | set(recompute)
+        e.gpu_q = run = [x for x in e.gpu_q if x not in moved]
+        run = list(run)
         e.num_swap_out += len(out)
-        e.num_stalled += len(stalled)
+        e.num_recompute += len(recompute)
     else:
         run = list(e.gpu_q)
         # 3: swap-in with hysteresis
@@ -106,10 +112,12 @@ def next_round(e) -> Round:
     itm_need = 0
     to_cpu = False
     pg, pc = [], []
-    for w in e.waiting:
-        ln = int(t.prompt[w])
+    for w in (e.waiting if not recompute else ()):   # as vLLM: no admission after a recompute
+        ln = int(t.num_tokens[w])         # the prompt (plus outputs after a recompute)
         blk = int(_blocks(ln, bs))
-        if rows < 1 or toks < ln:
+        # a re-prefill after a recompute may exceed the token budget: it then runs alone
+        alone = not run and not pg and not pc and toks == cfg.max_tokens_in_batch
+        if rows < 1 or (toks < ln and not alone):
             break
         if cfg.use_cpu and (itm_need + blk > e.itm_pool.num_blocks or cpu_need + blk > cpu_thr):
             break
@@ -130,7 +138,7 @@ def next_round(e) -> Round:
     cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q)) if cfg.use_cpu else _EMPTY
     clen = t.num_tokens[cq]
     grow = (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
-    d = decide(e.pred, t.prompt[pg], t.prompt[pc], len(run), int(t.num_tokens[run].sum()),
+    d = decide(e.pred, t.num_tokens[pg], t.num_tokens[pc], len(run), int(t.num_tokens[run].sum()),
                cq, clen, grow, rows, toks, e.host_pool.num_blocks - cpu_need,
                cfg.linr_s_threshold)
     r.decision = d
@@ -143,10 +151,10 @@ def next_round(e) -> Round:
     r.pref_gpu = np.asarray(pg, dtype=np.int64)
     r.pref_cpu = np.asarray(pc, dtype=np.int64)
     r.gdec = run
-    nb = _blocks(t.prompt[r.pref_gpu], bs)
+    nb = _blocks(t.num_tokens[r.pref_gpu], bs)
     e.gpu_pool.allocate(int(nb.sum()))
     t.blocks[r.pref_gpu] = nb
-    nb = _blocks(t.prompt[r.pref_cpu], bs)
+    nb = _blocks(t.num_tokens[r.pref_cpu], bs)
     e.host_pool.allocate(int(nb.sum()))
     e.host_blocks[r.pref_cpu] = nb
     e.itm_pool.allocate(int(nb.sum()))
