@@ -43,7 +43,7 @@ def scenarios(draw):
     gaps = draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n))
     need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
     gpu = draw(st.integers(-(-need * 100 // 95) + 1, 4 * need))   # tight: forces the CPU path
-    host = gpu + -(-max(prompt) // 16) + draw(st.integers(0, 3 * need))
+    host = gpu + need + draw(st.integers(0, 3 * need))
     return workload(np.cumsum(gaps), prompt, output), dict(
         num_gpu_blocks_override=gpu, num_cpu_blocks_override=host,
         max_tokens_in_batch=draw(st.sampled_from([max(prompt), 4096, 20480])),
@@ -84,16 +84,17 @@ def test_event_leaping_matches_stepping_exactly(sc):
 
 
 def test_full_host_falls_back_to_recompute_and_still_finishes():
-    # GPU 18 blocks, host 25, no CPU path: the swapped-out decodes fill the host until a
-    # victim no longer fits; it is then dropped and re-prefilled (prompt + outputs so far,
-    # over the 104-token budget, alone in its batch) rather than deadlocking
-    prompt = [1, 1, 104, 1, 59, 82, 80, 98] + [1] * 11
-    output = [1, 1, 74, 1, 56, 65, 82, 32] + [1] * 11
-    w = workload(np.zeros(19), prompt, output)
-    res = _neo(w, num_gpu_blocks_override=18, num_cpu_blocks_override=25,
-               max_tokens_in_batch=104, max_batch_size=2, use_cpu=False)
-    assert res.stats["num_finished"] == 19
+    # GPU 14 blocks, host 26, no CPU path: swapped-out decodes fill the host until a victim no
+    # longer fits; it is then dropped and re-prefilled (prompt + outputs so far, possibly over
+    # the 116-token budget, alone in its batch) rather than deadlocking
+    prompt = [69, 68, 93, 75, 75, 107, 91, 21, 116, 18, 113, 15]
+    output = [78, 7, 71, 43, 45, 14, 11, 64, 20, 2, 36, 30]
+    w = workload(np.zeros(12), prompt, output)
+    res = _neo(w, num_gpu_blocks_override=14, num_cpu_blocks_override=26,
+               max_tokens_in_batch=116, max_batch_size=2, use_cpu=False)
+    assert res.stats["num_finished"] == 12
     assert res.stats["neo"]["num_recompute_victims"] == res.records.num_preemptions.sum() >= 1
+    assert res.stats["neo"]["host_kv_peak_blocks"] <= 26
 
 
 def test_cpu_path_is_used_under_kv_pressure():

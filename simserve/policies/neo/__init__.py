@@ -48,10 +48,12 @@ def _check_workload(ctx, cfg: NeoConfig, gpu_blocks: int, cpu_blocks: int) -> No
         raise ConfigError(f"policy neo: a request needs up to {need} KV blocks but only "
                           f"{thr_in} GPU blocks ({cfg.swap_in_ratio} of {gpu_blocks}) can be "
                           "swapped into; cap the workload's context or raise the GPU KV pool")
-    if cfg.use_cpu and cpu_blocks - gpu_blocks < -(-int(t.prompt.max()) // bs):
+    if cfg.use_cpu and cpu_blocks - gpu_blocks < need:
+        # NEO admits a prefill only while the host keeps room for a full GPU eviction; a
+        # request re-prefilled after a recompute can be as long as prompt + output
         raise ConfigError(f"policy neo.host_kv_gib: the host pool ({cpu_blocks} blocks) must hold "
-                          f"a full GPU eviction ({gpu_blocks} blocks) plus the longest prompt; "
-                          "raise host_kv_gib or set use_cpu: false")
+                          f"a full GPU eviction ({gpu_blocks} blocks) plus the longest request "
+                          f"({need}); raise host_kv_gib or set use_cpu: false")
 
 
 @register("neo", NeoConfig)

@@ -84,11 +84,12 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     cpu_t = [0.0, 0.0]
     chosen: tuple[list, list] = ([], [])
     nxt = 1
-    for i in range(start, len(cpu_ids)):
+    c_len, c_grow, c_ids = (cpu_len[start:].tolist(), cpu_grow[start:].tolist(),
+                            cpu_ids[start:].tolist())
+    for ln, gr, rid in zip(c_len, c_grow, c_ids):
         if rows < 1 or toks < 1:
             break
-        ln = int(cpu_len[i])
-        if ln >= min_bad or not (cpu_grow[i] == 0 or host_free > 0):
+        if ln >= min_bad or (gr and host_free <= 0):
             continue
         b = subs[nxt]
         b.n_cdec += 1
@@ -104,10 +105,10 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
             min_bad = ln
             continue
         cpu_t[nxt] = new_t
-        chosen[nxt].append(int(cpu_ids[i]))
+        chosen[nxt].append(rid)
         rows -= 1
         toks -= 1
-        host_free -= int(cpu_grow[i])
+        host_free -= gr
         nxt = 1 if s1 > s0 else 0
     if b1.n_cdec == 0:
         # nothing accepted (the first accepted decode always goes to b1)
