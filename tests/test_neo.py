@@ -381,3 +381,5 @@ def test_missing_cpu_and_long_prompts_are_config_errors():
         _neo(w, max_tokens_in_batch=4096)
     with pytest.raises(ConfigError, match="host_kv_gib"):
         _neo(w, host_kv_gib=0.1)
+    with pytest.raises(ConfigError, match="neo.tp"):
+        _neo(w, tp=2)
