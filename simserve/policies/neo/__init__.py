@@ -1,0 +1,85 @@
+"""Policy `neo`: NEO (MLSys'25), GPU-gated asymmetric CPU offloading (notes/policies.md §1).
+
+`config` holds the parameters, `predictor` NEO's per-layer performance model on our cost
+models and the pipeline's iteration time, `mode` the sub-batch construction and mode decision,
+`scheduler` one scheduling round (swaps, prefills), `engine` the SimPy process.
+"""
+from __future__ import annotations
+
+from simserve.cost import GpuCostModel
+from simserve.cost_cpu import CpuCostModel
+from simserve.errors import ConfigError
+from simserve.policies import register
+from simserve.policies.neo.config import NeoConfig
+from simserve.policies.neo.engine import NeoEngine
+from simserve.policies.neo.predictor import Predictor
+from simserve.sim.memory import GIB, gpu_kv_budget
+
+
+def _pools(ctx, cfg: NeoConfig) -> tuple[int, int, dict]:
+    hw, m = ctx.hardware, ctx.model
+    kv = gpu_kv_budget(m, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization, cfg.block_size,
+                       cfg.max_tokens_in_batch, cfg.max_batch_size,
+                       activation_reserve_gib=cfg.activation_reserve_gib,
+                       cuda_graphs=cfg.cuda_graphs, graphs_counted=cfg.cuda_graphs)
+    gpu_blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+    if gpu_blocks < 1:
+        raise ConfigError(f"policy neo: no memory left for KV on {hw.gpu.name} at TP{cfg.tp} "
+                          f"({kv.summary()}); lower max_tokens_in_batch or raise the TP degree")
+    # host blocks hold every layer of one rank's KV, as the GPU blocks do
+    block_bytes = cfg.block_size * m.kv_bytes_per_token_per_rank(cfg.tp)
+    cpu_blocks = cfg.num_cpu_blocks_override or int(cfg.host_kv_gib * GIB // block_bytes)
+    return gpu_blocks, cpu_blocks, dict(kv.summary(), num_gpu_blocks=gpu_blocks,
+                                        num_cpu_blocks=cpu_blocks)
+
+
+def _check_workload(ctx, cfg: NeoConfig, gpu_blocks: int, cpu_blocks: int) -> None:
+    t = ctx.table
+    if not t.n:
+        return
+    bs = cfg.block_size
+    if int(t.prompt.max()) > cfg.max_tokens_in_batch:
+        raise ConfigError(f"policy neo.max_tokens_in_batch: NEO never chunks prompts, and the "
+                          f"longest prompt has {int(t.prompt.max())} tokens > "
+                          f"{cfg.max_tokens_in_batch}")
+    need = int(-(-(t.prompt + t.output).max() // bs))
+    thr_in = round(cfg.swap_in_ratio * gpu_blocks)
+    if need > thr_in:
+        raise ConfigError(f"policy neo: a request needs up to {need} KV blocks but only "
+                          f"{thr_in} GPU blocks ({cfg.swap_in_ratio} of {gpu_blocks}) can be "
+                          "swapped into; cap the workload's context or raise the GPU KV pool")
+    if cfg.use_cpu and cpu_blocks - gpu_blocks < need:
+        # NEO admits a prefill only while the host keeps room for a full GPU eviction; a
+        # request re-prefilled after a recompute can be as long as prompt + output
+        raise ConfigError(f"policy neo.host_kv_gib: the host pool ({cpu_blocks} blocks) must hold "
+                          f"a full GPU eviction ({gpu_blocks} blocks) plus the longest request "
+                          f"({need}); raise host_kv_gib or set use_cpu: false")
+
+
+@register("neo", NeoConfig)
+def build(ctx, cfg: NeoConfig):
+    hw = ctx.hardware
+    if hw.num_gpus != cfg.tp:
+        raise ConfigError(f"policy neo.tp: one NEO engine spans all GPUs; tp={cfg.tp} but "
+                          f"hardware.num_gpus={hw.num_gpus}")
+    if hw.cpu is None:
+        raise ConfigError("hardware.cpu: policy neo runs attention on the host CPU; name a CPU "
+                          "profile (e.g. cpu: xeon-silver-4510, cpu_cores: 12)")
+    cores = hw.cpu_cores or int(hw.cpu.spec.get("cores", 0))
+    gpu_blocks, cpu_blocks, summary = _pools(ctx, cfg)
+    _check_workload(ctx, cfg, gpu_blocks, cpu_blocks)
+    try:
+        gpu = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
+                           table_tokens=cfg.max_tokens_in_batch)
+    except ValueError as exc:
+        raise ConfigError(f"policy neo: {exc}") from None
+    cpu = CpuCostModel(ctx.model, hw.cpu, cores, cpu_tp=1)
+    g0 = ctx.cluster.gpus[0]
+    pred = Predictor(ctx.model, gpu, cpu, g0.h2d, g0.d2h, cfg.tp, cfg.cpu_launch_ms * 1e3)
+    eng = NeoEngine(ctx, cfg, gpu, pred, gpu_blocks, cpu_blocks, list(range(cfg.tp)))
+    ctx.table.track_cpu_tokens()
+    ctx.env.process(eng.run())
+    ctx.stats["engines"] = [dict(summary, gpus=eng.gpus)]
+    ctx.stats["_engines"] = [eng]
+    ctx.stats["neo"] = eng.stats
+    return eng.enqueue

@@ -1,0 +1,264 @@
+"""The NEO engine: one SimPy process over a GPU (or TP group), its host KV pool and PCIe links.
+
+Each round (`scheduler.next_round`) commits swaps and prefills, then runs either a GPU-only
+batch (timed by `GpuCostModel.step_s`, as the GPU-only engines are) or the asymmetric pipeline
+(`Predictor.pipeline_s`). PCIe traffic goes through the cluster's contended channels with the
+real KV bytes: swap-outs (D2H) and swap-ins (H2D) start with the round and the first attention
+waits for them; a Prefill-to-CPU prompt's KV is copied D2H layer by layer as each layer ends,
+and the round ends when its copies are done (the intermediate GPU blocks are then free).
+
+Between interesting events a GPU-only decode round with no CPU work and nothing waiting is
+leapt k steps at once, as the chunked engines do (`_leap`), with identical results.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from simserve.cost import BatchShape, GpuCostModel
+from simserve.sim.context import SimContext
+from simserve.sim.kv import BlockPool
+from simserve.policies.neo.predictor import Predictor
+from simserve.policies.neo.scheduler import next_round
+
+LEAP_CAP = 8192
+
+
+class NeoEngine:
+    kind = "neo"
+
+    def __init__(self, ctx: SimContext, cfg, gpu_cost: GpuCostModel, pred: Predictor,
+                 num_gpu_blocks: int, num_cpu_blocks: int, gpus: list[int]):
+        self.ctx, self.cfg, self.cost, self.pred, self.gpus = ctx, cfg, gpu_cost, pred, gpus
+        self.block_size = cfg.block_size
+        self.pool = self.gpu_pool = BlockPool("neo.gpu_kv", num_gpu_blocks, cfg.block_size)
+        self.host_pool = BlockPool("neo.host_kv", num_cpu_blocks, cfg.block_size)
+        # intermediate GPU blocks of Prefill-to-CPU prompts, held for the prefill's round only
+        # (NEO sizes them like the GPU pool; here they are not charged to GPU memory)
+        self.itm_pool = BlockPool("neo.itm_kv", num_gpu_blocks, cfg.block_size)
+        self.host_blocks = np.zeros(ctx.table.n, dtype=np.int64)
+        self.kv_token_bytes = ctx.model.kv_bytes_per_token_per_rank(cfg.tp)
+        self.kv_layer_bytes = ctx.model.kv_bytes_per_token_per_layer(cfg.tp)
+        self.waiting: deque[int] = deque()
+        self.gpu_q: list[int] = []
+        self.cpu_q: deque[int] = deque()
+        self.clock = 0.0
+        self._wake = None
+        self.index = 0
+        self.num_swap_out = self.num_swap_in = self.num_recompute = 0
+        self.num_pipe = self.num_gpu_only = self.num_idle = 0
+        self.cpu_tokens = 0
+        self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
+
+    def enqueue(self, rid: int) -> None:
+        self.waiting.append(rid)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def load(self) -> int:
+        return len(self.waiting) + len(self.gpu_q) + len(self.cpu_q)
+
+    # -- PCIe -------------------------------------------------------------------------------
+    def _channels(self, direction: str):
+        gs = self.ctx.cluster.gpus
+        return [getattr(gs[i], direction) for i in self.gpus]
+
+    def _swaps(self, out_tokens: int, in_tokens: int):
+        """Both swap directions at once on every rank's link; returns when all are done."""
+        env = self.ctx.env
+        ev = [ch.start(out_tokens * self.kv_token_bytes) for ch in self._channels("d2h")
+              if out_tokens] + [ch.start(in_tokens * self.kv_token_bytes)
+                                for ch in self._channels("h2d") if in_tokens]
+        yield env.all_of(ev)
+        return env.now
+
+    def _layer_copies(self, tokens: int, first_s: float, layer_s: float):
+        """Prefill-to-CPU: layer l's KV (tokens × per-layer bytes) leaves once layer l ends."""
+        env, nbytes = self.ctx.env, tokens * self.kv_layer_bytes
+        chans = self._channels("d2h")
+        for layer in range(self.pred.L):
+            due = first_s + (layer + 1) * layer_s
+            if due > env.now:
+                yield env.timeout(due - env.now)
+            yield env.all_of([ch.start(nbytes) for ch in chans])
+
+    # -- the engine process ---------------------------------------------------------------
+    def run(self):
+        env, t = self.ctx.env, self.ctx.table
+        while True:
+            if not self.waiting and not self.gpu_q and not self.cpu_q:
+                yield from self._idle()
+                continue
+            if self.cfg.leap and self._leap_ok():
+                if self._leap():
+                    yield env.timeout(max(0.0, self.clock - env.now))
+                    continue
+            r = next_round(self)
+            d = r.decision
+            if d.mode == "none":
+                self.num_idle += 1
+                if self.ctx.source.next_index >= self.ctx.source.n:
+                    raise RuntimeError(
+                        "neo: no runnable work and no arrivals left "
+                        f"({len(self.waiting)} waiting, {len(self.gpu_q)} on the GPU, "
+                        f"{len(self.cpu_q)} on the CPU; GPU {self.gpu_pool.num_used}/"
+                        f"{self.gpu_pool.num_blocks} and host {self.host_pool.num_used}/"
+                        f"{self.host_pool.num_blocks} blocks used); KV pools too small?")
+                yield from self._idle()
+                continue
+            start = self.clock
+            pref = np.concatenate((r.pref_gpu, r.pref_cpu))
+            if d.mode == "pipe":
+                dur, head, layer = self.pred.pipeline_s(d.b0, d.b1)
+                self.num_pipe += 1
+            else:
+                plen = t.num_tokens[pref]
+                shape = BatchShape(num_tokens=d.g.tokens, prefill_chunks=plen,
+                                   prefill_ctx=np.zeros(len(plen), dtype=np.int64),
+                                   num_decodes=len(r.gdec),
+                                   decode_ctx_sum=int(t.num_tokens[r.gdec].sum()),
+                                   num_sample_rows=len(pref) + len(r.gdec))
+                dur = self.cost.step_s(shape)
+                head = self.pred.head_us(len(pref) + len(r.gdec)) * 1e-6
+                layer = max(dur - head - self.pred.lm_us(shape.num_sample_rows) * 1e-6,
+                            0.0) / self.pred.L
+                self.num_gpu_only += 1
+            rec = self.ctx.recorder
+            rec.num_iterations += 1
+            rec.num_steps_scheduled += 1
+            swaps = env.process(self._swaps(r.swap_out_tokens, r.swap_in_tokens)) if (
+                r.swap_out_tokens or r.swap_in_tokens) else None
+            cp_tokens = int(t.num_tokens[r.pref_cpu].sum())
+            copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
+                if cp_tokens else None
+            end = start + dur
+            yield env.timeout(max(0.0, end - env.now))
+            if swaps is not None:
+                done = yield swaps
+                end = max(end, done + dur - head)   # the first attention waited for the swap
+            if copies is not None:
+                yield copies
+                end = max(end, env.now)
+            if end > env.now:
+                yield env.timeout(end - env.now)
+            self.clock = end
+            self._apply(r, pref)
+
+    def _idle(self):
+        env = self.ctx.env
+        self._wake = env.event()
+        yield self._wake
+        self._wake = None
+        self.clock = max(self.clock, env.now)
+
+    def _apply(self, r, pref: np.ndarray) -> None:
+        t = self.ctx.table
+        self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
+        t.computed[pref] = t.num_tokens[pref]
+        t.computed[r.gdec] += 1
+        done = t.emit(np.concatenate((pref, r.gdec)), self.clock)
+        if len(r.cdec):
+            t.computed[r.cdec] += 1
+            done = np.concatenate((done, t.emit(r.cdec, self.clock, on_cpu=True)))
+            self.cpu_tokens += len(r.cdec)
+        self.gpu_q.extend(r.pref_gpu.tolist())
+        self.cpu_q.extend(r.pref_cpu.tolist())
+        if len(done):
+            self._finish(done)
+        self._sample()
+
+    def _finish(self, done: np.ndarray) -> None:
+        t = self.ctx.table
+        self.gpu_pool.free(int(t.blocks[done].sum()))
+        self.host_pool.free(int(self.host_blocks[done].sum()))
+        t.blocks[done] = 0
+        self.host_blocks[done] = 0
+        gone = set(done.tolist())
+        self.gpu_q = [x for x in self.gpu_q if x not in gone]
+        if any(x in gone for x in self.cpu_q):
+            self.cpu_q = deque(x for x in self.cpu_q if x not in gone)
+        self.stats.update(self.counters())
+
+    def _sample(self) -> None:
+        self.ctx.recorder.sample(self.clock, 0, len(self.gpu_q) + len(self.cpu_q),
+                                 len(self.waiting), self.gpu_pool.num_used,
+                                 self.ctx.table.num_emitted)
+
+    # -- event leaping over GPU-only decode rounds ------------------------------------------
+    def _leap_ok(self) -> bool:
+        """Only GPU decodes will run for the next rounds: nothing waits, and every CPU request
+        stays stalled (no swap-in, none fits the pipeline), which holds until a request
+        finishes or arrives since the GPU decodes' blocks only grow and b0 keeps its width."""
+        B = len(self.gpu_q)
+        cfg = self.cfg
+        if not B or self.waiting or B > min(cfg.max_batch_size, cfg.max_tokens_in_batch):
+            return False
+        if not self.cpu_q:
+            return True
+        t, bs = self.ctx.table, self.block_size
+        ids = np.asarray(self.gpu_q, dtype=np.int64)
+        need = int((-(-t.num_tokens[ids] // bs)).sum())
+        if need > self.gpu_pool.num_blocks:
+            return False                       # a swap-out is due
+        head = self.cpu_q[0]
+        if (B < min(cfg.max_batch_size, cfg.max_tokens_in_batch)
+                and need + -(-int(t.num_tokens[head]) // bs)
+                <= round(cfg.swap_in_ratio * self.gpu_pool.num_blocks)):
+            return False                       # the head would be swapped in
+        if not cfg.use_cpu:
+            return True
+        cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
+        clen = t.num_tokens[cq]
+        grow = -(-clen // bs) > self.host_blocks[cq]
+        ok = ~grow | (self.host_pool.num_free > 0)
+        alone = self.pred.cdec_each(clen) + self.pred.lnch_us
+        return not np.any(ok & (alone <= self.pred.lin(B)))   # no CPU decode fits b1
+
+    def _leap(self) -> int:
+        t, bs = self.ctx.table, self.block_size
+        ids = np.asarray(self.gpu_q, dtype=np.int64)
+        B, c, held = len(ids), t.computed[ids], t.blocks[ids]
+        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
+
+        def need(k: int) -> int:     # GPU blocks the decodes hold after k more steps
+            return int(np.maximum(held, -(-(c + k) // bs)).sum())
+
+        G = self.gpu_pool.num_blocks
+        if need(kmax) > G:
+            lo, hi = 0, kmax
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if need(mid) <= G else (lo, mid - 1)
+            kmax = lo
+        if kmax < 2:
+            return 0
+        S = int((c + 1).sum()) + B * np.arange(kmax, dtype=np.int64)
+        ends = np.cumsum(np.concatenate(([self.clock], self.cost.decode_only_s(B, S))))[1:]
+        k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        if k < 2:
+            return 0
+        self.gpu_pool.allocate(need(k) - int(held.sum()))
+        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
+        t.computed[ids] += k
+        t.emit_many(ids, ends[:k - 1])
+        self.clock = float(ends[k - 1])
+        self.ctx.recorder.num_iterations += k
+        self.num_gpu_only += k
+        done = t.emit(ids, self.clock)
+        if len(done):
+            self._finish(done)
+        self._sample()
+        return k
+
+    def counters(self) -> dict:
+        return {"num_gpu_blocks": self.gpu_pool.num_blocks,
+                "num_cpu_blocks": self.host_pool.num_blocks,
+                "host_kv_peak_blocks": self.host_pool.peak_used,
+                "host_kv_blocks_in_use_at_end": self.host_pool.num_used,
+                "itm_blocks_in_use_at_end": self.itm_pool.num_used,
+                "num_pipeline_iterations": self.num_pipe,
+                "num_gpu_only_iterations": self.num_gpu_only,
+                "num_idle_rounds": self.num_idle, "num_swap_out": self.num_swap_out,
+                "num_swap_in": self.num_swap_in, "num_recompute_victims": self.num_recompute,
+                "num_cpu_tokens": self.cpu_tokens}

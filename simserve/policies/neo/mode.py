@@ -1,0 +1,133 @@
+"""NEO's mode decision and sub-batch construction (policies.md §1.3), as a pure function.
+
+Given the iteration's prefills (GPU- then CPU-destined, FIFO), its GPU decodes and the CPU
+decoding queue, build b0 (prefills, GPU decodes, some CPU decodes), b1 (CPU decodes only) and
+the GPU-only candidate g, then keep the pipeline only if its predicted request rate is higher.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simserve.policies.neo.predictor import Predictor, SubBatch
+
+
+@dataclass
+class Decision:
+    mode: str                       # "pipe" (b0 + b1), "gpu" (g alone) or "none" (b0 empty)
+    num_pref_gpu: int = 0           # prefills kept: a prefix of the GPU-destined list ...
+    num_pref_cpu: int = 0           # ... and of the CPU-destined list
+    cdec: tuple = ((), ())          # CPU decode ids in b0 and in b1 (pipeline only)
+    b0: SubBatch = field(default_factory=SubBatch)
+    b1: SubBatch = field(default_factory=SubBatch)
+    g: SubBatch = field(default_factory=SubBatch)
+    rate_gpu: float = 0.0           # predicted requests per µs of per-layer GPU time
+    rate_pipe: float = 0.0
+
+
+def _pop_pref(b: SubBatch, length: int, us: float) -> None:
+    b.n_pref -= 1
+    b.pref_tokens -= length
+    b.pref_us -= us
+
+
+def _push_pref(b: SubBatch, length: int, us: float) -> None:
+    b.n_pref += 1
+    b.pref_tokens += length
+    b.pref_us += us
+
+
+def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: int,
+           cpu_ids: np.ndarray, cpu_len: np.ndarray, cpu_grow: np.ndarray, rows: int, toks: int,
+           host_free: int, threshold: int) -> Decision:
+    """`cpu_*`: the CPU decoding queue in order (ids, seq_len, 1 if its next token needs a new
+    host block); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth."""
+    lens = [int(x) for x in pref_gpu_len] + [int(x) for x in pref_cpu_len]
+    is_gpu = [True] * len(pref_gpu_len) + [False] * len(pref_cpu_len)
+    us = [pred.pref(x) for x in lens]
+    b0 = SubBatch(len(lens), sum(lens), float(sum(us)), n_gdec, gdec_ctx)
+    g = b0.copy()
+    b1 = SubBatch()
+    if b0.num_reqs == 0:
+        return Decision("none")
+    # the GPU-only candidate drops CPU-destined prefills from its tail while it stays wide
+    k = len(lens)
+    while k and not is_gpu[k - 1] and g.tokens - lens[k - 1] >= threshold:
+        k -= 1
+        _pop_pref(g, lens[k], us[k])
+    k_g = k
+    n_cpu_g = k_g - len(pref_gpu_len)
+
+    def gpu_only() -> Decision:
+        return Decision("gpu", len(pref_gpu_len), n_cpu_g, b0=b0, b1=b1, g=g)
+
+    if len(cpu_ids) == 0:
+        return gpu_only()
+    # CPU decodes, FIFO, to the sub-batch with the larger slack; a rejected length bars longer
+    lin0 = pred.lin(b0.tokens)
+    start = 0
+    eligible = (cpu_grow == 0) | (host_free > 0)
+    if rows >= 1 and toks >= 1:
+        # fast path: while nothing has been accepted, a candidate goes alone into b1 and fits
+        # iff T_cdec(1, len) + T_lnch <= T_lin(b0) (slack[0] is then positive)
+        alone = pred.cdec_each(cpu_len) + pred.lnch_us
+        fits = eligible & (alone <= lin0)
+        hit = np.flatnonzero(fits)
+        if len(hit) == 0:
+            return gpu_only()
+        start = int(hit[0])
+    tried = cpu_len[:start][eligible[:start]]
+    min_bad = int(tried.min()) if len(tried) else np.iinfo(np.int64).max
+    g_attn0 = b0.pref_us + pred.gdec(b0.n_gdec, b0.gdec_ctx)
+    subs = (b0, b1)
+    cpu_t = [0.0, 0.0]
+    chosen: tuple[list, list] = ([], [])
+    nxt = 1
+    c_len, c_grow, c_ids = (cpu_len[start:].tolist(), cpu_grow[start:].tolist(),
+                            cpu_ids[start:].tolist())
+    for ln, gr, rid in zip(c_len, c_grow, c_ids):
+        if rows < 1 or toks < 1:
+            break
+        if ln >= min_bad or (gr and host_free <= 0):
+            continue
+        b = subs[nxt]
+        b.n_cdec += 1
+        b.cdec_ctx += ln
+        new_t = pred.cdec(b.n_cdec, b.cdec_ctx) + pred.lnch_us
+        c0 = new_t if nxt == 0 else cpu_t[0]
+        c1 = new_t if nxt == 1 else cpu_t[1]
+        s0 = pred.lin(b1.tokens) + g_attn0 - c0
+        s1 = pred.lin(b0.tokens) - c1
+        if min(s0, s1) < 0:
+            b.n_cdec -= 1
+            b.cdec_ctx -= ln
+            min_bad = ln
+            continue
+        cpu_t[nxt] = new_t
+        chosen[nxt].append(rid)
+        rows -= 1
+        toks -= 1
+        host_free -= gr
+        nxt = 1 if s1 > s0 else 0
+    if b1.n_cdec == 0:
+        # nothing accepted (the first accepted decode always goes to b1)
+        return gpu_only()
+    # b0 drops CPU-destined prefills from its tail while it stays wide and both slacks hold
+    k = len(lens)
+    while k and not is_gpu[k - 1]:
+        _pop_pref(b0, lens[k - 1], us[k - 1])
+        if b0.tokens < threshold or min(pred.slacks(b0, b1)) < 0:
+            _push_pref(b0, lens[k - 1], us[k - 1])
+            break
+        k -= 1
+    n_cpu_b0 = k - len(pref_gpu_len)
+    t_seq = pred.L * pred.gpu_time(g)
+    t_pipe = pred.L * (pred.gpu_time(b0) + pred.gpu_time(b1))
+    rate_g, rate_p = g.num_reqs / t_seq, (b0.num_reqs + b1.num_reqs) / t_pipe
+    if rate_g < rate_p:
+        return Decision("pipe", len(pref_gpu_len), n_cpu_b0, (tuple(chosen[0]), tuple(chosen[1])),
+                        b0, b1, g, rate_g, rate_p)
+    d = gpu_only()
+    d.rate_gpu, d.rate_pipe = rate_g, rate_p
+    return d

@@ -1,0 +1,169 @@
+"""One NEO scheduling round (policies.md §1.2), committed on the engine's queues and pools:
+
+1. every GPU decode is charged 1 row + 1 token and the blocks it holds after this step;
+2. while the budget is overspent or those blocks exceed the GPU pool, the newest GPU decode is
+   swapped out to the FRONT of the CPU queue. If the host pool cannot take it (NEO's host
+   reserve makes that rare; it has no answer for it) it is preempted by recompute as in vLLM
+   (its re-prefill may exceed the token budget, and then runs without other work);
+3. otherwise swap in from the front of the CPU queue while the GPU decodes' blocks stay within
+   `swap_in_ratio` (0.95) of the pool: the hysteresis keeps 2 and 3 apart;
+4. scan the waiting queue FIFO for whole-prompt prefills, GPU-destined while they fit and no
+   earlier one went to the CPU, then Prefill-to-CPU (intermediate GPU blocks + host blocks);
+5. `mode.decide` builds b0/b1/g and picks the pipeline or the GPU-only batch;
+6. the prefills it kept leave the waiting queue.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simserve.policies.neo.mode import Decision, decide
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class Round:
+    decision: Decision
+    gdec: np.ndarray = field(default_factory=lambda: _EMPTY)      # GPU decodes that run
+    pref_gpu: np.ndarray = field(default_factory=lambda: _EMPTY)
+    pref_cpu: np.ndarray = field(default_factory=lambda: _EMPTY)
+    cdec: np.ndarray = field(default_factory=lambda: _EMPTY)      # CPU decodes that run
+    swap_out_tokens: int = 0       # KV tokens moved GPU -> host at the start of the round
+    swap_in_tokens: int = 0        # KV tokens moved host -> GPU
+
+
+def _blocks(tokens, bs):
+    return -(-tokens // bs)
+
+
+def next_round(e) -> Round:
+    """Decide and commit one round on engine `e` (queues, GPU/host/intermediate pools)."""
+    t, cfg, bs = e.ctx.table, e.cfg, e.block_size
+    G = e.gpu_pool.num_blocks
+    rows, toks = cfg.max_batch_size, cfg.max_tokens_in_batch
+    # 1-2: GPU decodes, then swap-out of the newest under budget or KV pressure
+    ids = np.asarray(e.gpu_q, dtype=np.int64)
+    need = _blocks(t.num_tokens[ids], bs)
+    gpu_need = int(need.sum())
+    rows -= len(ids)
+    toks -= len(ids)
+    keep = len(ids)
+    out, recompute = [], []
+    host_free = e.host_pool.num_free
+    while keep and (rows < 0 or toks < 0 or gpu_need > G):
+        keep -= 1
+        v, held = int(ids[keep]), int(t.blocks[ids[keep]])
+        rows += 1
+        toks += 1
+        if held <= host_free:
+            out.append(v)
+            host_free -= held
+            gpu_need -= int(need[keep])
+        else:
+            recompute.append(v)
+            gpu_need -= int(need[keep])
+    r = Round(Decision("none"))
+    for v in out:                      # the newest ends up at the front
+        held = int(t.blocks[v])
+        e.gpu_pool.free(held)
+        e.host_pool.allocate(held)
+        e.host_blocks[v] = held
+        t.blocks[v] = 0
+        r.swap_out_tokens += int(t.computed[v])
+        e.cpu_q.appendleft(v)
+    for v in recompute:                # vLLM-style: all KV dropped, re-prefilled later
+        e.gpu_pool.free(int(t.blocks[v]))
+        t.blocks[v] = 0
+        t.computed[v] = 0
+        t.preemptions[v] += 1
+        e.waiting.appendleft(v)
+    if out or recompute:
+        moved = set(out) | set(recompute)
+        e.gpu_q = run = [x for x in e.gpu_q if x not in moved]
+        run = list(run)
+        e.num_swap_out += len(out)
+        e.num_recompute += len(recompute)
+    else:
+        run = list(e.gpu_q)
+        # 3: swap-in with hysteresis
+        thr_in = round(cfg.swap_in_ratio * G)
+        while e.cpu_q and rows >= 1 and toks >= 1:
+            c = e.cpu_q[0]
+            blk = int(_blocks(t.num_tokens[c], bs))
+            if gpu_need + blk > thr_in:
+                break
+            e.cpu_q.popleft()
+            e.host_pool.free(int(e.host_blocks[c]))
+            e.host_blocks[c] = 0
+            e.gpu_pool.allocate(int(_blocks(t.computed[c], bs)))
+            t.blocks[c] = _blocks(t.computed[c], bs)
+            r.swap_in_tokens += int(t.computed[c])
+            e.gpu_q.append(c)
+            run.append(c)
+            gpu_need += blk
+            rows -= 1
+            toks -= 1
+            e.num_swap_in += 1
+    # 4: prefills, FIFO, whole prompts
+    cpu_thr = e.host_pool.num_blocks - G
+    cpu_need = e.host_pool.num_used
+    itm_need = 0
+    to_cpu = False
+    pg, pc = [], []
+    for w in (e.waiting if not recompute else ()):   # as vLLM: no admission after a recompute
+        ln = int(t.num_tokens[w])         # the prompt (plus outputs after a recompute)
+        blk = int(_blocks(ln, bs))
+        # a re-prefill after a recompute may exceed the token budget: it then runs alone
+        alone = not run and not pg and not pc and toks == cfg.max_tokens_in_batch
+        if rows < 1 or (toks < ln and not alone):
+            break
+        if cfg.use_cpu and (itm_need + blk > e.itm_pool.num_blocks or cpu_need + blk > cpu_thr):
+            break
+        if not to_cpu and gpu_need + blk <= G:
+            pg.append(w)
+            gpu_need += blk
+        elif cfg.use_cpu:
+            to_cpu = True
+            pc.append(w)
+            itm_need += blk
+            cpu_need += blk
+        else:
+            break
+        rows -= 1
+        toks -= ln
+    # 5: mode decision over the CPU queue (CPU decodes need a host block at block boundaries)
+    run = np.asarray(run, dtype=np.int64)
+    cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q)) if cfg.use_cpu else _EMPTY
+    clen = t.num_tokens[cq]
+    grow = (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
+    d = decide(e.pred, t.num_tokens[pg], t.num_tokens[pc], len(run), int(t.num_tokens[run].sum()),
+               cq, clen, grow, rows, toks, e.host_pool.num_blocks - cpu_need,
+               cfg.linr_s_threshold)
+    r.decision = d
+    # 6: commit the kept prefills and the growth of every decode that runs
+    if d.mode == "none":
+        return r
+    pg, pc = pg[:d.num_pref_gpu], pc[:d.num_pref_cpu]
+    for _ in range(len(pg) + len(pc)):
+        e.waiting.popleft()
+    r.pref_gpu = np.asarray(pg, dtype=np.int64)
+    r.pref_cpu = np.asarray(pc, dtype=np.int64)
+    r.gdec = run
+    nb = _blocks(t.num_tokens[r.pref_gpu], bs)
+    e.gpu_pool.allocate(int(nb.sum()))
+    t.blocks[r.pref_gpu] = nb
+    nb = _blocks(t.num_tokens[r.pref_cpu], bs)
+    e.host_pool.allocate(int(nb.sum()))
+    e.host_blocks[r.pref_cpu] = nb
+    e.itm_pool.allocate(int(nb.sum()))
+    grow_g = _blocks(t.num_tokens[run], bs) - t.blocks[run]
+    e.gpu_pool.allocate(int(grow_g.sum()))
+    t.blocks[run] += grow_g
+    if d.mode == "pipe":
+        r.cdec = np.asarray(d.cdec[0] + d.cdec[1], dtype=np.int64)
+        grow_c = _blocks(t.num_tokens[r.cdec], bs) - e.host_blocks[r.cdec]
+        e.host_pool.allocate(int(grow_c.sum()))
+        e.host_blocks[r.cdec] += grow_c
+    return r
