@@ -118,7 +118,8 @@ class NeoEngine:
                                    prefill_ctx=np.zeros(len(plen), dtype=np.int64),
                                    num_decodes=len(r.gdec),
                                    decode_ctx_sum=int(t.num_tokens[r.gdec].sum()),
-                                   num_sample_rows=len(pref) + len(r.gdec))
+                                   num_sample_rows=len(pref) + len(r.gdec),
+                                   decode_ctx=t.num_tokens[r.gdec])
                 dur = self.cost.step_s(shape)
                 head = self.pred.head_us(len(pref) + len(r.gdec)) * 1e-6
                 layer = max(dur - head - self.pred.lm_us(shape.num_sample_rows) * 1e-6,
@@ -233,8 +234,10 @@ class NeoEngine:
             kmax = lo
         if kmax < 2:
             return 0
-        S = int((c + 1).sum()) + B * np.arange(kmax, dtype=np.int64)
-        ends = np.cumsum(np.concatenate(([self.clock], self.cost.decode_only_s(B, S))))[1:]
+        steps = np.arange(kmax, dtype=np.int64)
+        S = int((c + 1).sum()) + B * steps
+        d = self.cost.decode_only_s(B, S, int(c.max()) + 1 + steps)
+        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
         k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
         if k < 2:
             return 0
