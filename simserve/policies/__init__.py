@@ -11,7 +11,8 @@ from simserve.errors import ConfigError, did_you_mean
 
 # name -> module that registers it (imported lazily so one policy never imports another)
 _MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi",
-            "conflux": "simserve.policies.conflux.policy"}
+            "conflux": "simserve.policies.conflux.policy",
+            "loongserve": "simserve.policies.loongserve"}
 _REGISTRY: dict[str, tuple[type, Callable]] = {}
 
 

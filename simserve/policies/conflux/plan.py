@@ -15,15 +15,7 @@ from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
 from simserve.policies.conflux.dispatch import Candidate, RankState, dispatch
 from simserve.policies.conflux.estimator import ConfluxEstimator
 from simserve.policies.conflux.placement import place_decode
-
-
-def blocks_for(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size)
-
-
-def shard_blocks(tokens: int, block_size: int, ranks: int) -> int:
-    """Blocks one rank holds for a head-sharded prefill KV of `tokens` tokens (1/R of the heads)."""
-    return -(-blocks_for(tokens, block_size) // ranks)
+from simserve.policies.sp_ranks import blocks_for, shard_blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +27,7 @@ class Chunk:
     finishes: bool         # the chunk ends the prompt: it samples the first token
     decode_rank: int       # -1: none (unfinished, or the request ends at this token)
     shard_new: int         # shard blocks to add on every rank
-    dest_blocks: int       # full-KV blocks reserved on decode_rank
+    dest_blocks: int       # blocks added on decode_rank to complete the request's full KV
 
 
 def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool],
@@ -68,8 +60,11 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         finishes = ell == p.remaining_tokens
         g, dest = -1, 0
         if finishes and needs_decode[k]:
-            dest = blocks_for(total, block_size)
-            g = place_decode(dest, tentative, eta, headroom)
+            full = blocks_for(total, block_size)
+            # the decode rank's own shard blocks become part of the request's KV (aliasing, §7)
+            dest = max(0, full - held_shard[k] - new)
+            # its held shard is already counted as used on every rank: ask for the rest
+            g = place_decode(full - held_shard[k], tentative, eta, headroom)
             if g is None or free[g] < new + dest:
                 break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
             s = tentative[g]

@@ -10,21 +10,11 @@ from simserve.cost_sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.conflux.config import ConfluxConfig
-from simserve.policies.conflux.engine import RankView, XpInstance, check_fits
+from simserve.policies.conflux.engine import XpInstance
 from simserve.policies.conflux.fit import fit_from_cost
+from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
 from simserve.sim.context import SimContext
 from simserve.sim.memory import gpu_kv_budget
-
-
-def instance_layout(num_gpus: int, instances: int, tp: int, kind: str) -> int:
-    """Logical ranks per instance; ConfigError naming the field when the GPUs do not split."""
-    if num_gpus % instances:
-        raise ConfigError(f"policy {kind}: instances: {instances} does not divide "
-                          f"hardware.num_gpus={num_gpus}")
-    per = num_gpus // instances
-    if per % tp:
-        raise ConfigError(f"policy {kind}: tp: {tp} does not divide the {per} GPUs of an instance")
-    return per // tp
 
 
 @register("conflux", ConfluxConfig)
@@ -43,7 +33,7 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
     if blocks < 1:
         raise ConfigError(f"policy conflux: tp: no memory left for KV on {hw.gpu.name} at TP"
                           f"{cfg.tp} ({kv.summary()}); use a larger base TP degree")
-    check_fits(ctx, blocks * cfg.block_size, "conflux", kv.kv_bytes / 2**30)
+    check_fits(ctx, blocks, cfg.block_size, "conflux", kv.kv_bytes / 2**30, cfg.headroom)
     per = hw.num_gpus // cfg.instances
     xs = [XpInstance(ctx, cfg, i, list(range(i * per, (i + 1) * per)), cost, est, blocks)
           for i in range(cfg.instances)]
