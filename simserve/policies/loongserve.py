@@ -228,7 +228,13 @@ class LoongEngine(SpRanksEngine):
         full = blocks_for(int(t.num_tokens[rid]), self.cfg.block_size)
         need = max(0, full - int(self.shard[rid]))
         reserve = blocks_for(self.lcfg.max_new_tokens_reserve, self.cfg.block_size)
-        roomy = [r for r, p in enumerate(self.pools) if p.num_free >= need + reserve]
+        resident = [list(a) for a in self.decodes]
+        for _, r, g in self.moving:
+            resident[g].append(r)
+        # room after the residents' worst-case growth (outputs assumed max_new_tokens_reserve)
+        future = [sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r])) for r in a)
+                  for a in resident]
+        roomy = [r for r, p in enumerate(self.pools) if p.num_free - future[r] >= need + reserve]
         if roomy:
             g = max(roomy, key=lambda r: (self.pools[r].num_used, -r))
         else:
