@@ -10,10 +10,11 @@ Setting (paper §3.3 with the decode load of §8.3): 96 background decodes with 
 completed in the next `window` seconds / window, with the backlog never empty (saturation: the
 highest prefill rate the design sustains). The TBT SLO binds each design its own way:
 `conflux` dispatches against τ (it also reports the decodes' p99 ITL so that overshoot from
-estimator error is visible); `loongserve` gets `tbt_ms` (its prefill iterations are capped so a
-prefill plus one decode step fit τ — LoongServe itself has no TBT control). Chunked prefill and
-MuxWise come from other branches (`vllm` here is printed when asked, with the token budget
-swept for the largest that keeps TBT).
+estimator error is visible); `loongserve` runs Fig. 6's configuration — prefill pinned at SP4
+(`prefill_sp=4`), decode SP1 — alternating one prefill and one decode iteration
+(`max_wait_tokens=1`), each prefill iteration capped so that it plus one decode step fit τ
+(`tbt_ms`; LoongServe itself has no TBT control, so this adaptation is ours). Chunked prefill
+and MuxWise come from other branches and are not run here yet.
 """
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def main(argv=None) -> int:
                 variants = [("conflux", "conflux", dict(scheduler="fcfs", tbt_ms=tbt))]
             elif pol == "loongserve":
                 variants = [("loongserve", "loongserve",
-                             dict(scheduler="fcfs", tbt_ms=tbt, max_wait_tokens=1))]
+                             dict(scheduler="fcfs", tbt_ms=tbt, max_wait_tokens=1,
+                                  prefill_sp=4))]
             else:
                 raise SystemExit(f"--policies: unknown {pol!r} (conflux, loongserve)")
             for label, name, params in variants:

@@ -46,6 +46,21 @@ def _measured_comm_s(prompt: int, ranks: int) -> float:
     return QWEN14.num_layers * per_layer * 1e-6
 
 
+def test_pinned_prefill_degree_lends_decode_instances():
+    """prefill_sp=4 with one decode running: the prompt still prefills over all four instances
+    (the decode's instance is lent, so that decode pauses)."""
+    w = workload([0.0, 0.3], [256, 8192], [200, 1])
+    res = _sim(w, prefill_sp=4)
+    tt = res.records.token_times(0)
+    t_pre = lone_prefill_s(8192, 4)
+    ft = res.records.first_token_s[1]
+    # the prefill ends at ft and lasted exactly the SP4 time (no decode rides along)
+    before = tt[tt < ft]
+    assert ft - before[-1] == pytest.approx(t_pre, rel=1e-9)
+    with pytest.raises(ConfigError, match="prefill_sp"):
+        _sim(w, prefill_sp=3)
+
+
 def test_decodes_pause_while_a_prefill_runs_on_their_instance():
     """Temporal isolation on one GPU: a running decode's token gap holds the whole 16K prefill
     that arrives meanwhile (chunked prefill or Conflux would co-batch it)."""

@@ -138,6 +138,8 @@ class LoongEngine(SpRanksEngine):
         """Instances that run the prefill: idle ones, then decode instances (fewest decodes
         first) lent while the prefill gain beats the decode loss; at least one, at most max_sp."""
         t = self.ctx.table
+        if self.lcfg.prefill_sp:  # pinned degree: idle instances first, then the least busy
+            return sorted(range(self.R), key=lambda r: (nd[r], r))[:self.lcfg.prefill_sp]
         idle = [r for r in range(self.R) if nd[r] == 0]
         busy = sorted((r for r in range(self.R) if nd[r] > 0), key=lambda r: (nd[r], r))
         inv = sum(1.0 / max(1, m) for _, m in batch)
@@ -282,6 +284,9 @@ def build(ctx, cfg: LoongServeConfig):
                  for k in degrees}
     except ValueError as exc:
         raise ConfigError(f"policy loongserve: {exc}") from None
+    if cfg.prefill_sp is not None and cfg.prefill_sp not in costs:
+        raise ConfigError(f"policy loongserve: prefill_sp: {cfg.prefill_sp} is not one of the SP "
+                          f"degrees available here ({sorted(costs)})")
     kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
                        cfg.block_size, 8192, 1024, cuda_graphs=cfg.cuda_graphs)
     blocks = cfg.num_gpu_blocks_override or kv.num_blocks

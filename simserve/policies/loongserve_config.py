@@ -23,6 +23,9 @@ class LoongServeConfig:
     # Not LoongServe: cap each prefill iteration so that it plus one decode step fits this TBT
     # (prompts are then prefilled in pieces). Used for the TBT-bounded Table 2 setting only.
     tbt_ms: float | None = None
+    # Not LoongServe's elastic rule: run every prefill at this SP degree, lending decode
+    # instances as needed (ConfluxServe Fig. 6 / Table 2 run LoongServe's prefill at SP4)
+    prefill_sp: int | None = None
     block_size: int = 16
     gpu_memory_utilization: float = 0.90
     num_gpu_blocks_override: int | None = None  # KV blocks per instance
@@ -33,10 +36,12 @@ class LoongServeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-        for name in ("batch_max_tokens", "num_gpu_blocks_override"):
+        for name in ("batch_max_tokens", "num_gpu_blocks_override", "prefill_sp"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if self.prefill_sp is not None and self.prefill_sp > self.max_sp:
+            raise ValueError(f"prefill_sp: {self.prefill_sp} exceeds max_sp={self.max_sp}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: expected one of {', '.join(SCHEDULERS)}, "
                              f"got {self.scheduler!r}")
