@@ -50,7 +50,7 @@ class LoongEngine(SpRanksEngine):
         self._grow_decodes()
         nd, dctx = self._rank_states()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
-            batch = self._form_batch(nd)
+            batch = self._placeable(self._form_batch(nd))
             if batch:
                 self.num_decode_iters = 0
                 return self._prefill_step(batch, nd, dctx)
@@ -109,6 +109,23 @@ class LoongEngine(SpRanksEngine):
             tokens += m
             if last:
                 break
+        return batch
+
+    def _placeable(self, batch):
+        """The batch up to (not including) the first prompt that would finish with no instance
+        able to take its whole KV (shards of the batch counted first)."""
+        t, bs = self.ctx.table, self.cfg.block_size
+        new = [max(0, shard_blocks(int(t.computed[r]) + m, bs, self.R) - int(self.shard[r]))
+               for r, m in batch]
+        free = [p.num_free - sum(new) for p in self.pools]
+        for k, (rid, m) in enumerate(batch):
+            if int(t.computed[rid]) + m == int(t.num_tokens[rid]) and \
+                    t.generated[rid] + 1 < t.output[rid]:
+                need = blocks_for(int(t.num_tokens[rid]), bs) - int(self.shard[rid]) - new[k]
+                g = max(range(self.R), key=lambda r: free[r])
+                if free[g] < need:
+                    return batch[:k]
+                free[g] -= need
         return batch
 
     def _time_cap(self, nd) -> float | None:
