@@ -73,7 +73,8 @@ def measure(policy: str, params: dict, tbt_ms: float, window: float, hw) -> dict
         gaps.append(np.diff(tt))
     g = np.concatenate(gaps) * 1e3
     still = int((rec.finish_s[:NUM_DECODES] > start + window).sum())
-    return {"rate": done / window, "tok_s": tokens / window, "rate_at_mean": tokens / window / MEAN_PROMPT, "p99_itl_ms": float(np.percentile(g, 99)) if len(g) else np.nan,
+    return {"rate": done / window, "tok_s": tokens / window,
+            "rate_at_mean": tokens / window / MEAN_PROMPT, "p99_itl_ms": float(np.percentile(g, 99)) if len(g) else np.nan,
             "max_itl_ms": float(g.max()) if len(g) else np.nan, "decoding": still,
             "wall_s": wall, "requests": w.num_requests, "start_s": start,
             "backlog_left": int((ft > start + window).sum()),

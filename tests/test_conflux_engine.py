@@ -204,3 +204,17 @@ def test_fitted_estimator_tracks_the_cost_model():
         truth = cost.iteration_s(n_p, nd, dctx, np.array([ell]), np.array([c]), int(nd.max()) + 1)
         err.append(abs(est.iteration_time(n_p, list(nd), list(dctx), [(ell, c)]) - truth) / truth)
     assert np.mean(err) < 0.10
+
+
+@pytest.mark.parametrize("layout", [dict(instances=2), dict(tp=2), dict(tp=2, instances=2)])
+def test_instances_and_base_tp_layouts_finish_and_free_kv(layout):
+    rng = np.random.default_rng(7)
+    n = 40
+    w = workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 9000, n),
+                 rng.integers(1, 80, n))
+    res = _sim(w, model="llama-3.1-8b", num_gpu_blocks_override=1400, tbt_ms=60.0, **layout)
+    ranks = 4 // layout.get("tp", 1)
+    assert res.stats["num_finished"] == n
+    assert len(res.stats["peak_kv_blocks"]) == ranks
+    assert max(res.stats["peak_kv_blocks"]) <= 1400
+    assert res.stats["kv_blocks_in_use_at_end"] == [0] * ranks

@@ -288,7 +288,6 @@ class _Shim:
 
     def __init__(self, cfg: LoongServeConfig):
         self.tp, self.block_size, self.leap = cfg.tp, cfg.block_size, False
-        self.tbt_ms, self.ttft_ms = 1.0, 1.0
 
 
 @register("loongserve", LoongServeConfig)

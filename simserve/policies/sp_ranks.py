@@ -63,8 +63,6 @@ class SpRanksEngine:
         self.pending: list[int] = []                 # prompts not fully prefilled, arrival order
         self.decodes: list[list[int]] = [[] for _ in range(self.R)]
         self.moving: list[tuple] = []                # (transfer event, rid, rank)
-        self.tau = cfg.tbt_ms * 1e-3
-        self.ttft = cfg.ttft_ms * 1e-3
         self.clock = 0.0
         self._wake = None
         self.counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0}
@@ -290,4 +288,5 @@ def check_fits(ctx: SimContext, num_blocks: int, block_size: int, kind: str, kv_
             raise ConfigError(
                 f"policy {kind}: {num} request(s) need up to {need} tokens of KV but one logical "
                 f"rank holds {capacity_tokens} after the placement headroom "
-                f"({kv_gib:.2f} GiB per GPU); cap the workload's context, raise gpu_memory_utilization or the base TP degree")
+                f"({kv_gib:.2f} GiB per GPU); cap the workload's context, raise "
+                "gpu_memory_utilization or the base TP degree")

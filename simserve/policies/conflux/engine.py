@@ -28,14 +28,15 @@ class XpInstance(SpRanksEngine):
         chunks = []
         if len(pend):
             rem = t.num_tokens[pend] - t.computed[pend]
-            specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + self.ttft,
+            ttft = cfg.ttft_ms * 1e-3
+            specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + ttft,
                                     int(m), int(c))
                      for i, m, c in zip(pend.tolist(), rem.tolist(), t.computed[pend].tolist())]
             needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
             _, chunks = plan_prefills(
                 specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
-                self.est, self.tau, self.clock, admission=_ADMISSION[cfg.scheduler], quantum=cfg.quantum,
-                eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
+                self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
+                quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
                 max_level=cfg.max_tokens_per_rank)
         if not chunks and not any(nd):
             return None
