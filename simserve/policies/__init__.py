@@ -11,7 +11,9 @@ from simserve.errors import ConfigError, did_you_mean
 
 # name -> module that registers it (imported lazily so one policy never imports another)
 _MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi",
-            "neo": "simserve.policies.neo"}
+            "neo": "simserve.policies.neo",
+            "conflux": "simserve.policies.conflux.policy",
+            "loongserve": "simserve.policies.loongserve"}
 _REGISTRY: dict[str, tuple[type, Callable]] = {}
 
 

@@ -2,5 +2,6 @@
 (`estimator`), waterfill prefill dispatch (`dispatch`), dual-mode decode placement (`placement`),
 and Moore–Hodgson TTFT-aware admission with the per-iteration scheduler (`admission`).
 
-No policy is registered here yet: the SimPy engine that drives these functions comes later.
+The engine: `plan` (Alg. 1 against real KV pools), `engine` (one XP instance), `policy`
+(registration and the global router), `fit` (the estimator fitted from `cost_sp`).
 """

@@ -1,0 +1,61 @@
+"""One XP instance of ConfluxServe (§5): the iteration of Alg. 1 on `SpRanksEngine`'s ranks.
+
+Each iteration (§5.1): every resident decode advances one token on its rank (stall-free); then
+`plan.plan_prefills` fills the TBT-safe budget with prefill chunks (estimator + waterfill +
+placement + admission), committed against the per-rank pools; the iteration lasts
+`SpCostModel.iteration_s`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.policies.conflux.admission import PendingPrefill
+from simserve.policies.conflux.dispatch import RankState
+from simserve.policies.conflux.plan import plan_prefills
+from simserve.policies.sp_ranks import SpRanksEngine
+
+_ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
+
+
+class XpInstance(SpRanksEngine):
+    def _iteration(self):
+        t, cfg, R = self.ctx.table, self.cfg, self.R
+        self._grow_decodes()
+        nd, dctx = self._rank_states()
+        states = [RankState(n, c, p.num_used, p.num_blocks)
+                  for n, c, p in zip(nd, dctx, self.pools)]
+        pend = np.asarray(self.pending, dtype=np.int64)
+        chunks = []
+        if len(pend):
+            rem = t.num_tokens[pend] - t.computed[pend]
+            ttft = cfg.ttft_ms * 1e-3
+            specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + ttft,
+                                    int(m), int(c))
+                     for i, m, c in zip(pend.tolist(), rem.tolist(), t.computed[pend].tolist())]
+            needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
+            _, chunks = plan_prefills(
+                specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
+                self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
+                quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
+                max_level=cfg.max_tokens_per_rank)
+        if not chunks and not any(nd):
+            return None
+        n_p = [0] * R
+        for ch in chunks:  # commit the plan's KV (the plan checked it against these pools)
+            n_p = [a + b for a, b in zip(n_p, ch.per_rank)]
+            if ch.shard_new:
+                for p in self.pools:
+                    p.allocate(ch.shard_new)
+                self.shard[ch.req_id] += ch.shard_new
+            if ch.decode_rank >= 0:
+                self.pools[ch.decode_rank].allocate(ch.dest_blocks)
+                t.blocks[ch.req_id] = ch.dest_blocks + int(self.shard[ch.req_id])
+                self.rank_of[ch.req_id] = ch.decode_rank
+                self._start_transfer(ch.req_id, ch.decode_rank, ch.context + ch.tokens)
+        finishing = [ch for ch in chunks if ch.finishes]
+        dt = self.cost.iteration_s(
+            n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
+            np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing))
+        dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+        return dt, lambda: self._apply(dec_ids, chunks, finishing)
+

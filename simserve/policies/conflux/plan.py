@@ -1,0 +1,79 @@
+"""One ConfluxServe iteration's prefill plan against real per-rank KV pools (Alg. 1).
+
+Same loop as `admission.schedule_iteration`, plus what the engine needs and the pure function
+leaves out: each chunk's head-sharded KV (1/R of its blocks on every rank) and, for a chunk that
+finishes a prompt, its full KV on the chosen decode rank are checked on the pools before the
+chunk is accepted (check, then the engine commits); a prompt whose first token is also its last
+needs no decode rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
+from simserve.policies.conflux.dispatch import Candidate, RankState, dispatch
+from simserve.policies.conflux.estimator import ConfluxEstimator
+from simserve.policies.conflux.placement import place_decode
+from simserve.policies.sp_ranks import blocks_for, shard_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    req_id: int
+    tokens: int            # ℓ_i
+    context: int           # c_i
+    per_rank: tuple        # A_i
+    finishes: bool         # the chunk ends the prompt: it samples the first token
+    decode_rank: int       # -1: none (unfinished, or the request ends at this token)
+    shard_new: int         # shard blocks to add on every rank
+    dest_blocks: int       # blocks added on decode_rank to complete the request's full KV
+
+
+def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool],
+                  held_shard: Sequence[int], ranks: Sequence[RankState], free: Sequence[int],
+                  est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
+                  quantum: int, eta: float, headroom: float, block_size: int,
+                  max_level: int) -> tuple[int, list[Chunk]]:
+    """(B0, accepted chunks in scheduling order). `needs_decode[k]`: pending[k] decodes after its
+    first (next) token; `held_shard[k]`: shard blocks it already holds per rank; `free`: free
+    blocks per rank after this iteration's decode growth."""
+    R = len(ranks)
+    ap = [0] * R
+    b0 = dispatch(tau, est, ranks, ap, None, quantum, max_level=max_level)
+    admitted, rejected = ADMISSION[admission](pending, b0, now_s, tau)
+    index = {p.req_id: k for k, p in enumerate(pending)}
+    free = list(free)
+    tentative = list(ranks)
+    prefills: list[tuple[int, int]] = []
+    out: list[Chunk] = []
+    for p in admitted + rejected:
+        ell, per = dispatch(tau, est, ranks, ap, Candidate(p.remaining_tokens, p.context_tokens),
+                            quantum, prefills, max_level=max_level)
+        if ell == 0:
+            break  # TBT-safe budget used up
+        k = index[p.req_id]
+        total = p.context_tokens + ell
+        new = max(0, shard_blocks(total, block_size, R) - held_shard[k])
+        if any(f < new for f in free):
+            break  # its head-sharded KV does not fit on every rank
+        finishes = ell == p.remaining_tokens
+        g, dest = -1, 0
+        if finishes and needs_decode[k]:
+            full = blocks_for(total, block_size)
+            # the decode rank's own shard blocks become part of the request's KV (aliasing, §7)
+            dest = max(0, full - held_shard[k] - new)
+            # its held shard is already counted as used on every rank: ask for the rest
+            g = place_decode(full - held_shard[k], tentative, eta, headroom)
+            if g is None or free[g] < new + dest:
+                break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
+            s = tentative[g]
+            tentative[g] = replace(s, num_decodes=s.num_decodes + 1,
+                                   decode_ctx_tokens=s.decode_ctx_tokens + total,
+                                   kv_used_blocks=s.kv_used_blocks + dest)
+            free[g] -= dest
+        free = [f - new for f in free]
+        ap = [a + x for a, x in zip(ap, per)]
+        prefills.append((ell, p.context_tokens))
+        out.append(Chunk(p.req_id, ell, p.context_tokens, tuple(per), finishes, g, new, dest))
+    return b0, out

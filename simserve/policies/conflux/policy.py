@@ -1,0 +1,56 @@
+"""Policy `conflux`: ConfluxServe (§5–6) on `instances` XP instances behind the global router.
+
+The router (§5, step ①) sends each arrival to the instance with the lowest normalised queued
+work: remaining prefill tokens queued there per logical rank (every instance has the same
+hardware, so per-rank work is work relative to processing capacity); ties go to the lower index.
+"""
+from __future__ import annotations
+
+from simserve.cost_sp import SpCostModel
+from simserve.errors import ConfigError
+from simserve.policies import register
+from simserve.policies.conflux.config import ConfluxConfig
+from simserve.policies.conflux.engine import XpInstance
+from simserve.policies.conflux.fit import fit_from_cost
+from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
+from simserve.sim.context import SimContext
+from simserve.sim.memory import gpu_kv_budget
+
+
+@register("conflux", ConfluxConfig)
+def build(ctx: SimContext, cfg: ConfluxConfig):
+    hw, model = ctx.hardware, ctx.model
+    R = instance_layout(hw.num_gpus, cfg.instances, cfg.tp, "conflux")
+    try:
+        cost = SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, cfg.alpha, cfg.beta,
+                           cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank)
+    except ValueError as exc:
+        raise ConfigError(f"policy conflux: {exc}") from None
+    est = fit_from_cost(cost, cfg.alpha, cfg.beta, cfg.max_tokens_per_rank, cfg.quantum)
+    kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
+                       cfg.block_size, cfg.max_tokens_per_rank, 1024, cuda_graphs=cfg.cuda_graphs)
+    blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+    if blocks < 1:
+        raise ConfigError(f"policy conflux: tp: no memory left for KV on {hw.gpu.name} at TP"
+                          f"{cfg.tp} ({kv.summary()}); use a larger base TP degree")
+    check_fits(ctx, blocks, cfg.block_size, "conflux", kv.kv_bytes / 2**30, cfg.headroom)
+    per = hw.num_gpus // cfg.instances
+    xs = [XpInstance(ctx, cfg, i, list(range(i * per, (i + 1) * per)), cost, est, blocks)
+          for i in range(cfg.instances)]
+    for x in xs:
+        ctx.env.process(x.run())
+    ctx.stats["engines"] = [dict(kv.summary(), num_gpu_blocks=blocks, instance=x.index,
+                                 rank=r, gpus=x.rank_gpus[r]) for x in xs for r in range(R)]
+    ctx.stats["_engines"] = [RankView(p) for x in xs for p in x.pools]
+    ctx.stats["conflux"] = counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
+                                       "ranks_per_instance": R}
+    for x in xs:
+        x.counters = counters
+    ctx.stats["estimator"] = {k: getattr(est, k) for k in
+                              ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0")}
+    if len(xs) == 1:
+        return xs[0].enqueue
+
+    def on_arrival(rid: int) -> None:
+        min(xs, key=lambda x: (x.queued_work(), x.index)).enqueue(rid)
+    return on_arrival

@@ -1,0 +1,292 @@
+"""R sequence-parallel ranks (TP groups) with their own KV pools, shared by the engines that
+prefill with SP and decode rank-locally (`conflux`, `loongserve`); subclasses give `_iteration`.
+
+What lives here: per-rank KV pools; prompts' head-sharded KV (`shard` blocks on every rank);
+decode growth with recompute preemption (newest first on a rank that cannot grow); the move of a
+finished prompt's KV to its decode rank over NVLink, started when its last chunk's iteration
+starts (layer-by-layer pipelining overlaps it with that chunk, ConfluxServe §7), the request
+joining its rank's decodes at the first iteration that starts after the transfer ends; token
+emission and finishing; and exact event leaping: with no prefill pending and no KV in flight
+the ranks repeat a decode-only step, and `_leap` does k of them at once
+(`SpCostModel.decode_only_s` over a k × R context matrix), identical to stepping.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.errors import ConfigError
+from simserve.sim.context import SimContext
+from simserve.sim.kv import BlockPool
+
+LEAP_CAP = 8192
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+def shard_blocks(tokens: int, block_size: int, ranks: int) -> int:
+    """Blocks one rank holds for a head-sharded prefill KV of `tokens` tokens (1/R of the heads)."""
+    return -(-blocks_for(tokens, block_size) // ranks)
+
+
+def instance_layout(num_gpus: int, instances: int, tp: int, kind: str) -> int:
+    """Logical ranks per instance; ConfigError naming the field when the GPUs do not split."""
+    if num_gpus % instances:
+        raise ConfigError(f"policy {kind}: instances: {instances} does not divide "
+                          f"hardware.num_gpus={num_gpus}")
+    per = num_gpus // instances
+    if per % tp:
+        raise ConfigError(f"policy {kind}: tp: {tp} does not divide the {per} GPUs of an instance")
+    return per // tp
+
+
+class RankView:
+    """What `simulate_point` reads per engine (`.pool`): one logical rank's KV pool."""
+
+    def __init__(self, pool: BlockPool):
+        self.pool = pool
+
+
+class SpRanksEngine:
+    def __init__(self, ctx: SimContext, cfg, index: int, gpus: list[int], cost, est,
+                 num_blocks: int):
+        self.ctx, self.cfg, self.index, self.cost, self.est = ctx, cfg, index, cost, est
+        self.R = cost.R
+        tp = cfg.tp
+        self.rank_gpus = [gpus[r * tp:(r + 1) * tp] for r in range(self.R)]
+        bs = cfg.block_size
+        self.pools = [BlockPool(f"xp{index}.rank{r}.kv", num_blocks, bs) for r in range(self.R)]
+        n = ctx.table.n
+        self.rank_of = np.full(n, -1, dtype=np.int64)
+        self.shard = np.zeros(n, dtype=np.int64)     # shard blocks held on every rank
+        self.pending: list[int] = []                 # prompts not fully prefilled, arrival order
+        self.decodes: list[list[int]] = [[] for _ in range(self.R)]
+        self.moving: list[tuple] = []                # (transfer event, rid, rank)
+        self.clock = 0.0
+        self._wake = None
+        self.counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0}
+
+    # -- router interface -------------------------------------------------------------------
+    def queued_work(self) -> float:
+        """Remaining prefill tokens queued here per logical rank (§5: normalised queued work)."""
+        t = self.ctx.table
+        ids = np.asarray(self.pending, dtype=np.int64)
+        return float((t.num_tokens[ids] - t.computed[ids]).sum()) / self.R
+
+    def enqueue(self, rid: int) -> None:
+        self.pending.append(rid)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # -- the engine process -------------------------------------------------------------------
+    def _iteration(self):
+        """(duration, apply) of the next iteration, or None when nothing can run yet."""
+        raise NotImplementedError
+
+    def run(self):
+        env = self.ctx.env
+        while True:
+            self._land()
+            busy = self.pending or any(self.decodes)
+            if not busy and not self.moving:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                self.clock = max(self.clock, env.now)
+                continue
+            if self.cfg.leap and not self.pending and not self.moving and self._leap():
+                yield env.timeout(max(0.0, self.clock - env.now))
+                continue
+            step = self._iteration()
+            if step is None:  # nothing runnable until KV in flight lands
+                if not self.moving and self._drop_partial():
+                    continue
+                if not self.moving:
+                    raise RuntimeError(f"xp{self.index}: {len(self.pending)} prefills pending and "
+                                       "nothing schedulable; KV pools too small?")
+                yield env.any_of([ev for ev, _, _ in self.moving])
+                self.clock = max(self.clock, env.now)
+                continue
+            dt, apply = step
+            self.clock += dt
+            self.ctx.recorder.num_iterations += 1
+            self.ctx.recorder.num_steps_scheduled += 1
+            yield env.timeout(max(0.0, self.clock - env.now))
+            apply()
+
+    def _drop_partial(self) -> bool:
+        """Deadlock breaker, when nothing runs: partial prompts' shards keep the prompt at the
+        head of the order from being placed. Recompute the newest partial prompt later (its
+        shards are freed). A lone pending prompt in otherwise empty pools always fits
+        (`check_fits`), so there is nothing to break then."""
+        t = self.ctx.table
+        part = [r for r in self.pending if self.shard[r] > 0]
+        if not part or len(self.pending) < 2:
+            return False
+        rid = part[-1]
+        self._free_shard(rid)
+        t.computed[rid] = 0
+        t.preemptions[rid] += 1
+        self.counters["num_prefill_restarts"] = self.counters.get("num_prefill_restarts", 0) + 1
+        return True
+
+    def _land(self) -> None:
+        """Requests whose KV transfer finished join their rank's decodes; shards are freed."""
+        if not self.moving:
+            return
+        keep = []
+        for ev, rid, g in self.moving:
+            if ev.processed:  # the decode rank keeps its shard blocks (now in t.blocks)
+                self._free_shard(rid, keep=g)
+                self.decodes[g].append(rid)
+            else:
+                keep.append((ev, rid, g))
+        self.moving = keep
+
+    def _free_shard(self, rid: int, keep: int = -1) -> None:
+        s = int(self.shard[rid])
+        if s:
+            for r, p in enumerate(self.pools):
+                if r != keep:
+                    p.free(s)
+            self.shard[rid] = 0
+
+    # -- one iteration --------------------------------------------------------------------------
+    def _grow_decodes(self) -> None:
+        """Reserve each decode's next KV slot on its rank; preempt newest decodes that do not fit."""
+        t, bs = self.ctx.table, self.cfg.block_size
+        for r, ids in enumerate(self.decodes):
+            while ids:
+                a = np.asarray(ids, dtype=np.int64)
+                nb = np.maximum(0, -(-(t.computed[a] + 1) // bs) - t.blocks[a])
+                if int(nb.sum()) <= self.pools[r].num_free:
+                    self.pools[r].allocate(int(nb.sum()))
+                    t.blocks[a] += nb
+                    break
+                self._preempt(ids.pop(), r)
+
+    def _preempt(self, rid: int, r: int) -> None:
+        t = self.ctx.table
+        self.pools[r].free(int(t.blocks[rid]))
+        t.blocks[rid] = 0
+        t.computed[rid] = 0
+        t.preemptions[rid] += 1
+        self.rank_of[rid] = -1
+        self.counters["num_decode_preemptions"] += 1
+        self.pending.insert(0, rid)
+
+    def _rank_states(self) -> tuple[list[int], list[int]]:
+        """Decodes and their Σ context (tokens in KV plus the new one) per rank."""
+        t = self.ctx.table
+        nd, dctx = [], []
+        for r, ids in enumerate(self.decodes):
+            a = np.asarray(ids, dtype=np.int64)
+            c = int((t.computed[a] + 1).sum())
+            nd.append(len(ids))
+            dctx.append(c)
+        return nd, dctx
+
+    def _start_transfer(self, rid: int, g: int, tokens: int) -> None:
+        """Every other rank's GPU j sends its head shard to GPU j of the decode rank (§4)."""
+        cl = self.ctx.cluster
+        nbytes = self.cost.shard_transfer_bytes(tokens)
+        procs = [cl.nvlink_channel(src, dst).start(nbytes)
+                 for r in range(self.R) if r != g
+                 for src, dst in zip(self.rank_gpus[r], self.rank_gpus[g])]
+        ev = self.ctx.env.all_of(procs) if procs else self.ctx.env.timeout(0)
+        self.moving.append((ev, rid, g))
+        self.counters["num_kv_transfers"] += 1
+
+    def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
+        t = self.ctx.table
+        t.computed[dec_ids] += 1
+        for ch in chunks:
+            t.computed[ch.req_id] += ch.tokens
+        fin_ids = np.asarray([ch.req_id for ch in finishing], dtype=np.int64)
+        done = t.emit(np.concatenate((dec_ids, fin_ids)), self.clock)
+        if finishing:
+            gone = set(fin_ids.tolist())
+            self.pending = [r for r in self.pending if r not in gone]
+        if len(done):
+            self._finish(done)
+        self._sample()
+
+    def _finish(self, done: np.ndarray) -> None:
+        t = self.ctx.table
+        gone = set(done.tolist())
+        for rid in done.tolist():
+            g = int(self.rank_of[rid])
+            if g >= 0:
+                self.pools[g].free(int(t.blocks[rid]))
+                t.blocks[rid] = 0
+                self.rank_of[rid] = -1
+            self._free_shard(rid)  # a prompt that ended at its first token
+        for r in range(self.R):
+            if any(i in gone for i in self.decodes[r]):
+                self.decodes[r] = [i for i in self.decodes[r] if i not in gone]
+
+    def _sample(self) -> None:
+        self.ctx.recorder.sample(self.clock, self.index, sum(map(len, self.decodes)),
+                                 len(self.pending), sum(p.num_used for p in self.pools),
+                                 self.ctx.table.num_emitted)
+
+    # -- event leaping over decode-only steps ---------------------------------------------------
+    def _leap(self) -> int:
+        t, bs = self.ctx.table, self.cfg.block_size
+        per = [np.asarray(ids, dtype=np.int64) for ids in self.decodes]
+        ids = np.concatenate(per)
+        if len(ids) == 0:
+            return 0
+        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
+
+        def new_blocks(a: np.ndarray, k: int) -> int:
+            return int(np.maximum(0, -(-(t.computed[a] + k) // bs) - t.blocks[a]).sum())
+
+        def fits(k: int) -> bool:
+            return all(new_blocks(a, k) <= self.pools[r].num_free for r, a in enumerate(per))
+
+        if not fits(kmax):
+            lo, hi = 0, kmax
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+            kmax = lo
+        if kmax < 2:
+            return 0
+        nd = np.array([len(a) for a in per], dtype=np.int64)
+        c0 = np.array([int((t.computed[a] + 1).sum()) for a in per], dtype=np.int64)
+        dctx = c0[None, :] + nd[None, :] * np.arange(kmax, dtype=np.int64)[:, None]
+        d = self.cost.decode_only_s(nd, dctx)
+        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
+        k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        if k < 2:
+            return 0
+        for r, a in enumerate(per):
+            self.pools[r].allocate(new_blocks(a, k))
+            t.blocks[a] = np.maximum(t.blocks[a], -(-(t.computed[a] + k) // bs))
+        t.computed[ids] += k
+        t.emit_many(ids, ends[:k - 1])
+        self.clock = float(ends[k - 1])
+        done = t.emit(ids, self.clock)
+        if len(done):
+            self._finish(done)
+        self.ctx.recorder.num_iterations += k
+        self._sample()
+        return k
+
+
+def check_fits(ctx: SimContext, num_blocks: int, block_size: int, kind: str, kv_gib: float,
+               headroom: float = 0.0) -> None:
+    """Every request's whole KV must fit one rank's pool below the placement headroom."""
+    t = ctx.table
+    if t.n:
+        need = int((t.prompt + t.output).max())
+        capacity_tokens = int(num_blocks * (1.0 - headroom)) * block_size
+        if need > capacity_tokens:
+            num = int(((t.prompt + t.output) > capacity_tokens).sum())
+            raise ConfigError(
+                f"policy {kind}: {num} request(s) need up to {need} tokens of KV but one logical "
+                f"rank holds {capacity_tokens} after the placement headroom "
+                f"({kv_gib:.2f} GiB per GPU); cap the workload's context, raise "
+                "gpu_memory_utilization or the base TP degree")
