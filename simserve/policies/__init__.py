@@ -10,7 +10,10 @@ from typing import Callable
 from simserve.errors import ConfigError, did_you_mean
 
 # name -> module that registers it (imported lazily so one policy never imports another)
-_MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi"}
+_MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi",
+            "chunked": "simserve.policies.chunked_baseline",
+            "distserve": "simserve.policies.distserve",
+            "muxwise": "simserve.policies.muxwise"}
 _REGISTRY: dict[str, tuple[type, Callable]] = {}
 
 
