@@ -22,9 +22,12 @@ class DistServeConfig:
     block_size: int = 16
     cuda_graphs: bool = True
     leap: bool = True  # decode pool: exact event leaping; False steps one by one
+    prefill_blocks_override: int | None = None  # KV blocks per prefill instance (tests)
+    decode_blocks_override: int | None = None   # KV blocks per decode instance (tests)
 
     def validate(self) -> None:
-        for name in ("prefill_tp", "decode_tp"):
+        for name in ("prefill_tp", "decode_tp", "prefill_blocks_override",
+                     "decode_blocks_override"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")

@@ -28,7 +28,8 @@ class DecodeInstance:
     def __init__(self, ctx, cfg, index: int, gpus: list[int]):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         self.pool, self.cost, self.kv_summary = make_pool(
-            ctx, cfg, f"decode{index}.gpu_kv", len(gpus), cfg.max_num_seqs, cfg.max_num_seqs)
+            ctx, cfg, f"decode{index}.gpu_kv", len(gpus), cfg.max_num_seqs, cfg.max_num_seqs,
+            cfg.decode_blocks_override)
         self.running: list[int] = []
         self.ready: list[int] = []
         self.num_reserved = 0  # admitted, KV in flight or resident

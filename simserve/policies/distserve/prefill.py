@@ -30,7 +30,8 @@ class Signal:
             self._ev.succeed()
 
 
-def make_pool(ctx, cfg, name: str, tp: int, max_tokens: int, max_seqs: int):
+def make_pool(ctx, cfg, name: str, tp: int, max_tokens: int, max_seqs: int,
+              blocks_override: int | None = None):
     hw = ctx.hardware
     kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, tp, cfg.gpu_memory_utilization,
                        cfg.block_size, max_tokens, max_seqs, cuda_graphs=cfg.cuda_graphs,
@@ -43,7 +44,8 @@ def make_pool(ctx, cfg, name: str, tp: int, max_tokens: int, max_seqs: int):
                             table_tokens=max(max_tokens, max_seqs))
     except ValueError as exc:
         raise ConfigError(f"policy distserve: {exc}") from None
-    return BlockPool(name, kv.num_blocks, cfg.block_size), cost, kv.summary()
+    blocks = blocks_override or kv.num_blocks
+    return BlockPool(name, blocks, cfg.block_size), cost, dict(kv.summary(), num_gpu_blocks=blocks)
 
 
 class PrefillInstance:
@@ -51,7 +53,8 @@ class PrefillInstance:
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         self.budget = cfg.prefill_max_tokens
         self.pool, self.cost, self.kv_summary = make_pool(
-            ctx, cfg, f"prefill{index}.gpu_kv", len(gpus), self.budget, cfg.max_num_seqs)
+            ctx, cfg, f"prefill{index}.gpu_kv", len(gpus), self.budget, cfg.max_num_seqs,
+            cfg.prefill_blocks_override)
         self.waiting = make_queue(cfg.scheduler, ctx.table)
         self.num_in_batch = 0
         self.signal = Signal(ctx.env)   # an arrival, or blocks freed by a finished transfer

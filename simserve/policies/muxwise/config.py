@@ -33,10 +33,13 @@ class MuxWiseConfig:
     gpu_memory_utilization: float = 0.90
     block_size: int = 16
     cuda_graphs: bool = True
+    num_gpu_blocks_override: int | None = None  # KV blocks per instance (tests)
 
     def validate(self) -> None:
-        if self.tp is not None and (not isinstance(self.tp, int) or self.tp < 1):
-            raise ValueError(f"tp: expected a positive integer, got {self.tp!r}")
+        for name in ("tp", "num_gpu_blocks_override"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
         for name in ("tbt_ms",):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not v > 0:

@@ -40,8 +40,9 @@ class MuxWiseEngine:
                            cuda_graphs=cfg.cuda_graphs, graphs_counted=False)
         if kv.num_blocks < 1:
             raise ConfigError(f"policy muxwise: no memory left for KV at TP{tp} ({kv.summary()})")
-        self.pool = BlockPool(f"engine{index}.gpu_kv", kv.num_blocks, cfg.block_size)
-        self.kv_summary = kv.summary()
+        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+        self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
+        self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks)
         try:
             cost = GpuCostModel(ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
                                 table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs))
