@@ -131,3 +131,18 @@ def test_bad_configs_name_the_field():
         simulate_point(w, MODEL, H100X4, "muxwise", bw_saturation=0)
     with pytest.raises(ConfigError, match="tp"):
         simulate_point(w, MODEL, H100X4, "muxwise", tp=3)
+
+
+def test_real_profile_choice_is_minimal_and_shrinks_as_the_tbt_loosens():
+    chosen = []
+    for tbt in (8.0, 12.0, 20.0, 50.0):
+        e = _engine(MuxWiseConfig(tbt_ms=tbt))
+        B, S = 64, 64 * 4096
+        sms = e.decode_sms(B, S)
+        step = lambda s: CONTENTION_FIG14A * e.cost.decode_step_s(B, S, s / 132)  # noqa: E731
+        if sms != 64:
+            assert step(sms) <= tbt / 1e3
+        if sms > 16:  # the next smaller group misses the TBT
+            assert step(sms - 8) > tbt / 1e3
+        chosen.append(sms)
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]

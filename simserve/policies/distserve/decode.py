@@ -19,7 +19,8 @@ from collections import deque
 
 import numpy as np
 
-from simserve.policies.distserve.prefill import Signal, make_pool
+from simserve.policies.distserve.prefill import make_pool
+from simserve.policies.signal import Signal
 
 LEAP_CAP = 8192
 

@@ -10,24 +10,9 @@ import numpy as np
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies.queues import make_queue
+from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
 from simserve.sim.memory import gpu_kv_budget
-
-
-class Signal:
-    """A re-armable wake-up: `wait()` returns an event that the next `fire()` triggers."""
-
-    def __init__(self, env):
-        self.env, self._ev = env, None
-
-    def wait(self):
-        if self._ev is None or self._ev.triggered:
-            self._ev = self.env.event()
-        return self._ev
-
-    def fire(self) -> None:
-        if self._ev is not None and not self._ev.triggered:
-            self._ev.succeed()
 
 
 def make_pool(ctx, cfg, name: str, tp: int, max_tokens: int, max_seqs: int,

@@ -19,10 +19,10 @@ import numpy as np
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
-from simserve.policies.distserve.prefill import Signal
 from simserve.policies.muxwise.config import MuxWiseConfig
 from simserve.policies.muxwise.smshare import SmShareCost
 from simserve.policies.queues import make_queue
+from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
 from simserve.sim.memory import gpu_kv_budget
 
