@@ -121,6 +121,8 @@ def test_every_request_finishes_and_kv_stays_within_the_pool(sc):
         tt = rec.token_times(i)
         assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
         assert np.all(np.diff(tt) > 0) and tt[0] > rec.arrival_s[i]
+    stepped = simulate_point(w, MODEL, H100X4, "muxwise", leap=False, **params)
+    assert np.array_equal(rec.token_times_s, stepped.records.token_times_s)
 
 
 def test_bad_configs_name_the_field():

@@ -34,6 +34,7 @@ class MuxWiseConfig:
     block_size: int = 16
     cuda_graphs: bool = True
     num_gpu_blocks_override: int | None = None  # KV blocks per instance (tests)
+    leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
 
     def validate(self) -> None:
         for name in ("tp", "num_gpu_blocks_override"):

@@ -166,7 +166,7 @@ class MuxWiseEngine:
         env, t = self.ctx.env, self.ctx.table
         ids, S0 = self._decode_ids()
         B = len(ids)
-        k = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
+        k = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP) if self.cfg.leap else 1
         S = S0 + B * np.arange(k, dtype=np.int64)
         d = np.atleast_1d(self.cost.cost.decode_only_s(B, S))
         ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
