@@ -47,7 +47,6 @@ def build(ctx, cfg: DistServeConfig):
                             for role, es in (("prefill", prefills), ("decode", decoders))
                             for e in es]
     ctx.stats["_engines"] = [*prefills, *decoders]
-    ctx.stats["_handoff"] = handoff
 
     def on_arrival(rid: int) -> None:
         min(prefills, key=lambda e: (e.load(), e.index)).enqueue(rid)
