@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simserve.errors import ConfigError
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
@@ -26,9 +28,11 @@ def test_srpt_queue_pops_the_fewest_remaining_prefill_tokens_first():
     assert not q
 
 
-@pytest.mark.parametrize("scheduler,order", [("fcfs", [0, 1, 2]), ("srpt", [0, 2, 1])])
+@pytest.mark.parametrize("scheduler,order", [("fcfs", [0, 1, 2]), ("srpt", [2, 1, 0])])
 def test_waiting_prompts_are_admitted_in_srpt_order(scheduler, order):
-    # request 0 fills the token budget for many steps; 1 (long) and 2 (short) wait behind it
+    # request 0 (8000 tokens) fills the 512-token budget for 16 steps; 1 (4000) and 2 (100)
+    # arrive during its first step. FCFS: they wait behind it. SRPT: the budget goes to the
+    # fewest remaining prompt tokens, running or waiting: 2, then 1, then the rest of 0
     w = workload([0.0, 0.001, 0.002], [8000, 4000, 100], [2, 2, 2])
     res = simulate_point(w, "llama-3.1-8b", H100, "chunked", tp=1, scheduler=scheduler,
                          max_num_batched_tokens=512)
@@ -49,3 +53,32 @@ def test_bad_scheduler_names_the_field():
     with pytest.raises(ConfigError, match="scheduler"):
         simulate_point(workload([0.0], [10], [2]), "llama-3.1-8b", H100, "chunked",
                        scheduler="edf")
+
+
+@st.composite
+def scenarios(draw):
+    n = draw(st.integers(1, 25))
+    prompt = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
+    arrival = np.cumsum(draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n)))
+    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
+    return workload(arrival, prompt, output), dict(
+        num_gpu_blocks_override=draw(st.integers(need, 3 * need)),
+        max_num_batched_tokens=draw(st.sampled_from([64, 512, 2048])),
+        max_num_seqs=draw(st.sampled_from([2, 64])), scheduler="srpt", tp=1)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_srpt_finishes_everything_within_the_pool_and_leaps_exactly(sc):
+    w, params = sc
+    res = simulate_point(w, "llama-3.1-8b", H100, "chunked", **params)
+    assert res.stats["peak_kv_blocks"][0] <= params["num_gpu_blocks_override"]
+    assert res.stats["kv_blocks_in_use_at_end"] == [0]
+    rec = res.records
+    for i in range(w.num_requests):
+        tt = rec.token_times(i)
+        assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
+        assert np.all(np.diff(tt) >= 0) and tt[0] > rec.arrival_s[i]
+    stepped = simulate_point(w, "llama-3.1-8b", H100, "chunked", leap=False, **params)
+    assert np.array_equal(rec.token_times_s, stepped.records.token_times_s)

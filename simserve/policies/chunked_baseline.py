@@ -33,11 +33,41 @@ class ChunkedBaselineConfig(ChunkedConfig):
 
 
 class ChunkedBaselineEngine(VllmEngine):
+    """Under SRPT the token budget goes to prefills in order of remaining prompt tokens across
+    running and waiting requests: before vLLM's loop, running requests are ordered decodes
+    first, then partial prefills shortest-remaining first (so the longest is also the first
+    preemption victim), and a waiting request with fewer remaining tokens than a running
+    partial prefill is moved ahead of it when the pool can hold its whole prompt (so the
+    promotion itself never forces a preemption)."""
+
     kind = "chunked"
 
     def __init__(self, ctx, cfg, index, gpus):
         super().__init__(ctx, cfg, index, gpus)
         self.waiting = make_queue(cfg.scheduler, ctx.table)
+        self.srpt = cfg.scheduler == "srpt"
+
+    def _schedule(self):
+        if self.srpt and self.running:
+            self._srpt_order()
+        return super()._schedule()
+
+    def _srpt_order(self) -> None:
+        t = self.ctx.table
+        left = lambda r: int(t.num_tokens[r] - t.computed[r])  # noqa: E731
+        self.running.sort(key=left)  # stable: decodes (1 token left) keep their order
+        longest = left(self.running[-1])
+        free = self.pool.num_free
+        while (self.waiting and len(self.running) < self.max_seqs and longest > 1
+               and left(self.waiting[0]) < longest):
+            r = self.waiting[0]
+            need = self._blocks_needed(r, int(t.num_tokens[r]))
+            if need > free:
+                break
+            free -= need
+            self.running.append(self.waiting.popleft())
+            self.running.sort(key=left)
+            longest = left(self.running[-1])
 
 
 @register("chunked", ChunkedBaselineConfig)
