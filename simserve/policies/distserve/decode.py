@@ -20,7 +20,7 @@ from collections import deque
 import numpy as np
 
 from simserve.policies.distserve.prefill import make_pool
-from simserve.policies.signal import Signal
+from simserve.policies.signal import Signal, sleep_until
 
 LEAP_CAP = 8192
 
@@ -76,14 +76,12 @@ class DecodeInstance:
             S = int((t.computed[ids] + 1).sum()) + B * np.arange(k, dtype=np.int64)
             d = np.atleast_1d(self.cost.decode_only_s(B, S))
             ends = np.cumsum(np.concatenate(([clock], d)))[1:]
-            wake = self.signal.wait()
-            yield env.timeout(max(0.0, ends[-1] - env.now)) | wake
+            woken = yield from sleep_until(env, float(ends[-1]), self.signal.wait())
             kd = k
-            if env.now < ends[-1]:  # woken: finish the step in progress, then let it join
+            if woken and env.now < ends[-1]:  # finish the step in progress, then let it join
                 j = int(np.searchsorted(ends, env.now, "right"))
                 kd = j if (j > 0 and ends[j - 1] == env.now) else j + 1
-                if ends[kd - 1] > env.now:
-                    yield env.timeout(ends[kd - 1] - env.now)
+                yield from sleep_until(env, float(ends[kd - 1]))
             if kd > 1:
                 t.emit_many(ids, ends[:kd - 1])
             clock = float(ends[kd - 1])
