@@ -147,18 +147,25 @@ class GpuCostModel:
         return self._dense[tokens]
 
     # -- predictions --------------------------------------------------------------------
-    def forward_us(self, tokens: int, gpu_layer_us, sample_rows: int):
-        """The forward pass (µs) from one layer's summed kernel times: the launch model (a CUDA
+    def layers_us(self, tokens: int, gpu_layer_us):
+        """All layers (µs) from one layer's summed kernel times under the launch model: a CUDA
         graph replay, whose back-to-back kernels hide `graph_overlap_us_per_kernel` each, or
-        eager launches overlapping the GPU work layer by layer), the LM head, and the in-situ
-        factor of `tokens`. `gpu_layer_us` may be an array (identical floats per element)."""
+        eager launches overlapping the GPU work layer by layer. Arrays allowed."""
         L = self.num_layers
         if tokens <= self.graph_max:
             layer = np.maximum(gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us)
-            fwd = self.graph_us + L * layer
-        else:
-            fwd = L * np.maximum(gpu_layer_us, self.launch_layer_us)
-        return (fwd + self._lm[sample_rows]) * self._situ[tokens]
+            return self.graph_us + L * layer
+        return L * np.maximum(gpu_layer_us, self.launch_layer_us)
+
+    def in_situ(self, tokens: int) -> float:
+        """The profile's in-situ factor at `tokens` batch tokens (1 without one)."""
+        self._ensure(tokens)
+        return self._situ[tokens]
+
+    def forward_us(self, tokens: int, gpu_layer_us, sample_rows: int):
+        """The forward pass (µs): `layers_us`, the LM head over `sample_rows`, times the in-situ
+        factor of `tokens`. `gpu_layer_us` may be an array (identical floats per element)."""
+        return (self.layers_us(tokens, gpu_layer_us) + self._lm[sample_rows]) * self._situ[tokens]
 
     def step_s(self, b: BatchShape) -> float:
         """Duration of one iteration in seconds."""

@@ -97,19 +97,53 @@ def _derive(rec: RequestRecords) -> dict[str, np.ndarray]:
     }
 
 
+def token_deadlines_s(rec: RequestRecords, slo: SLO) -> np.ndarray:
+    """d_{i,k} = a_i + TTFT_SLO + (k-1)·TBT_SLO for every token, aligned with token_times_s."""
+    n_out = np.asarray(rec.output_tokens, dtype=np.int64)
+    off = np.asarray(rec.token_offsets, dtype=np.int64)
+    k0 = np.arange(int(off[-1]) if len(off) else 0) - np.repeat(off[:-1], n_out)  # k - 1
+    base = np.asarray(rec.arrival_s, dtype=np.float64) + slo.ttft_ms / 1e3
+    # Same order of operations everywhere, so a larger SLO never makes a deadline earlier.
+    return np.repeat(base, n_out) + k0 * (slo.tbt_ms / 1e3)
+
+
 def _slo_met(rec: RequestRecords, slo: SLO, finished: np.ndarray) -> np.ndarray:
     """True where every token k (1-based) arrived by a + TTFT_SLO + (k-1)·TBT_SLO; unfinished never."""
     n = len(rec.arrival_s)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    n_out = np.asarray(rec.output_tokens, dtype=np.int64)
     off = np.asarray(rec.token_offsets, dtype=np.int64)
     t = np.asarray(rec.token_times_s, dtype=np.float64)
-    k0 = np.arange(len(t)) - np.repeat(off[:-1], n_out)  # k - 1
-    base = np.asarray(rec.arrival_s, dtype=np.float64) + slo.ttft_ms / 1e3
-    # Same order of operations everywhere, so a larger SLO never makes a deadline earlier.
-    on_time = t <= np.repeat(base, n_out) + k0 * (slo.tbt_ms / 1e3)  # NaN (missing) -> False
+    on_time = t <= token_deadlines_s(rec, slo)  # NaN (missing) -> False
     return np.logical_and.reduceat(on_time, off[:-1]) & finished
+
+
+def request_slo(records: RequestRecords, slo: SLO) -> pd.DataFrame:
+    """Per request: `slo_met` (C_i), `num_late_tokens` (missing tokens count as late),
+    `first_late_token` (1-based k of the first late token, 0 if none) and `max_lateness_s`
+    (max_k t_{i,k} - d_{i,k}: negative = slack left, NaN if a token is missing)."""
+    d = _derive(records)
+    n = len(records.arrival_s)
+    off = np.asarray(records.token_offsets, dtype=np.int64)
+    t = np.asarray(records.token_times_s, dtype=np.float64)
+    late_by = t - token_deadlines_s(records, slo)
+    late = ~(late_by <= 0)
+    frame = pd.DataFrame({"request_id": np.arange(n, dtype=np.int64),
+                          "slo_met": _slo_met(records, slo, d["finished"])})
+    if n == 0:
+        frame["num_late_tokens"] = np.zeros(0, dtype=np.int64)
+        frame["first_late_token"] = np.zeros(0, dtype=np.int64)
+        frame["max_lateness_s"] = np.zeros(0)
+        return frame
+    starts = off[:-1]
+    frame["num_late_tokens"] = np.add.reduceat(late.astype(np.int64), starts)
+    req = np.repeat(np.arange(n), np.diff(off))
+    k = np.arange(len(t)) - starts[req] + 1
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, req[late], k[late])
+    frame["first_late_token"] = np.where(first == np.iinfo(np.int64).max, 0, first)
+    frame["max_lateness_s"] = np.maximum.reduceat(late_by, starts)  # NaN propagates
+    return frame
 
 
 def request_frame(records: RequestRecords, slo: SLO | None = None) -> pd.DataFrame:

@@ -13,7 +13,10 @@ from simserve.errors import ConfigError, did_you_mean
 _MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi",
             "neo": "simserve.policies.neo",
             "conflux": "simserve.policies.conflux.policy",
-            "loongserve": "simserve.policies.loongserve"}
+            "loongserve": "simserve.policies.loongserve",
+            "chunked": "simserve.policies.chunked_baseline",
+            "distserve": "simserve.policies.distserve",
+            "muxwise": "simserve.policies.muxwise"}
 _REGISTRY: dict[str, tuple[type, Callable]] = {}
 
 

@@ -1,0 +1,41 @@
+"""Parameters of `distserve` (policies.md §6; ConfluxServe §8.1)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simserve.policies.queues import check_scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class DistServeConfig:
+    """None means "half of the GPUs" for the TP degrees (the paper's best 1:1 split)."""
+
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    # whole prompts are batched FCFS up to this many tokens (a longer prompt runs alone):
+    # vLLM's API-server token budget on >= 70 GiB GPUs (policies.md §2), which the paper's
+    # vLLM prefill instance runs with
+    prefill_max_tokens: int = 8192
+    max_num_seqs: int = 1024          # decode batch cap (vLLM default on H100)
+    scheduler: str = "fcfs"           # prefill queue order; "srpt" is DistServe++
+    gpu_memory_utilization: float = 0.90  # vLLM v0.15.1 default (policies.md §2)
+    block_size: int = 16
+    cuda_graphs: bool = True
+    leap: bool = True  # decode pool: exact event leaping; False steps one by one
+    prefill_blocks_override: int | None = None  # KV blocks per prefill instance (tests)
+    decode_blocks_override: int | None = None   # KV blocks per decode instance (tests)
+
+    def validate(self) -> None:
+        for name in ("prefill_tp", "decode_tp", "prefill_blocks_override",
+                     "decode_blocks_override"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        for name in ("prefill_max_tokens", "max_num_seqs", "block_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        u = self.gpu_memory_utilization
+        if not isinstance(u, (int, float)) or not 0 < u <= 1:
+            raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
+        check_scheduler(self.scheduler)

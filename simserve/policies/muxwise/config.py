@@ -1,0 +1,70 @@
+"""Parameters of `muxwise` (policies.md §5; ConfluxServe §8.1), with where defaults come from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simserve.policies.queues import check_scheduler
+
+# ConfluxServe Fig. 14a: overlapping prefill and decode attention on partitioned SMs took 28.0 ms
+# where serial execution took 36.5 ms, closing 58 % of the gap to the contention-free bound,
+# which is therefore 36.5 - 8.5 / 0.58 = 21.8 ms: concurrent streams ran 28.0 / 21.8 = 1.28x
+# slower than without interference. The paper says request-level multiplexing (MuxWise)
+# suffers "higher and less stable" interference, so 1.28 is a lower bound for it.
+CONTENTION_FIG14A = round(28.0 / (36.5 - (36.5 - 28.0) / 0.58), 3)
+
+
+@dataclass(frozen=True, slots=True)
+class MuxWiseConfig:
+    tp: int | None = None               # None: one TP group over all GPUs (TP4 / TP8)
+    tbt_ms: float = 100.0               # the TBT SLO decode's SM share must meet
+    decode_contention: float = CONTENTION_FIG14A   # alpha: decode slowdown next to a prefill
+    prefill_contention: float = CONTENTION_FIG14A  # beta: prefill slowdown next to decode
+    # SM groups as SGLang's pdmux `divide_sm`: decode gets multiples of `sm_granularity` SMs
+    # (8 on Hopper), at least `min_decode_sms` (16) and at most half the SMs; a phase running
+    # alone gets every SM
+    sm_granularity: int = 8
+    min_decode_sms: int = 16
+    # fraction of SMs at which a memory-bound kernel draws full HBM bandwidth (assumption: not
+    # measured here; MuxWise/ConfluxServe size decode by it but report no number)
+    bw_saturation: float = 0.5
+    prefill_max_tokens: int = 16384     # SGLang's default max_prefill_tokens; whole prompts
+    max_num_seqs: int = 1024
+    scheduler: str = "fcfs"             # "srpt" is MuxWise++ (MuxWise-FCFS: no preemption)
+    gpu_memory_utilization: float = 0.90
+    block_size: int = 16
+    cuda_graphs: bool = True
+    num_gpu_blocks_override: int | None = None  # KV blocks per instance (tests)
+    leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
+
+    def validate(self) -> None:
+        for name in ("tp", "num_gpu_blocks_override"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        for name in ("tbt_ms",):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{name}: expected a positive number, got {v!r}")
+        for name in ("decode_contention", "prefill_contention"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v >= 1:
+                raise ValueError(f"{name}: expected a slowdown factor >= 1, got {v!r}")
+        for name in ("sm_granularity", "min_decode_sms", "prefill_max_tokens", "max_num_seqs",
+                     "block_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if not isinstance(self.bw_saturation, (int, float)) or not 0 < self.bw_saturation <= 1:
+            raise ValueError(f"bw_saturation: expected a fraction in (0, 1], got {self.bw_saturation!r}")
+        u = self.gpu_memory_utilization
+        if not isinstance(u, (int, float)) or not 0 < u <= 1:
+            raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
+        check_scheduler(self.scheduler)
+
+    def decode_sm_choices(self, total_sms: int) -> list[int]:
+        """Decode SM counts of the mixed groups, smallest first."""
+        out = list(range(self.min_decode_sms, total_sms // 2 + 1, self.sm_granularity))
+        if not out:
+            raise ValueError(f"min_decode_sms: {self.min_decode_sms} is more than half of the "
+                             f"GPU's {total_sms} SMs")
+        return out

@@ -1,0 +1,228 @@
+"""The MuxWise engine: one TP group, prefill and decode as separate concurrent streams.
+
+- Prefill stream: one batch of whole prompts at a time (up to `prefill_max_tokens`, always at
+  least one), never co-batched with decode.
+- Decode stream: continuous batching; prefilled requests join at the next decode step.
+- SM split (policies.md §5, ConfluxServe §8.1): while both run, decode gets the fewest SMs of
+  SGLang's groups whose predicted step, slowed by the contention factor alpha, meets the TBT
+  SLO (the largest group if none does); prefill gets the rest, slowed by beta. A phase running
+  alone gets every SM and no contention. The split is chosen at every decode step; the prefill
+  batch advances by the fraction of its work done under each step's split.
+- KV: one pool; a request reserves blocks for prompt + output when its prefill starts (so
+  decode never runs out; MuxWise-FCFS has no preemption).
+Decode-only stretches are leapt exactly up to the next arrival or finish.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.cost import GpuCostModel
+from simserve.errors import ConfigError
+from simserve.policies import register
+from simserve.policies.muxwise.config import MuxWiseConfig
+from simserve.policies.muxwise.smshare import SmShareCost
+from simserve.policies.queues import make_queue
+from simserve.policies.signal import Signal
+from simserve.sim.kv import BlockPool
+from simserve.sim.memory import gpu_kv_budget
+
+LEAP_CAP = 8192
+
+
+class MuxWiseEngine:
+    kind = "muxwise"
+
+    def __init__(self, ctx, cfg: MuxWiseConfig, index: int, gpus: list[int]):
+        self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
+        hw, tp = ctx.hardware, len(gpus)
+        kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, tp, cfg.gpu_memory_utilization,
+                           cfg.block_size, cfg.prefill_max_tokens, cfg.max_num_seqs,
+                           cuda_graphs=cfg.cuda_graphs, graphs_counted=False)
+        if kv.num_blocks < 1:
+            raise ConfigError(f"policy muxwise: no memory left for KV at TP{tp} ({kv.summary()})")
+        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+        self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
+        self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks)
+        try:
+            cost = GpuCostModel(ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
+                                table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs))
+            self.sms = int(hw.gpu.spec["sms"])
+            self.choices = cfg.decode_sm_choices(self.sms)
+        except ValueError as exc:
+            raise ConfigError(f"policy muxwise: {exc}") from None
+        self.cost = SmShareCost(cost, cfg.bw_saturation)
+        self.tbt_s = cfg.tbt_ms / 1e3
+        self.waiting = make_queue(cfg.scheduler, ctx.table)
+        self.running: list[int] = []
+        self.batch = None          # prefill batch: request ids
+        self.left = 0.0            # fraction of its work still to do
+        self._tp_cache: dict[float, float] = {}
+        self.signal = Signal(ctx.env)
+        self.clock = 0.0
+        self.num_split_steps = 0
+        self.decode_sms_sum = 0
+
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def enqueue(self, rid: int) -> None:
+        self.waiting.append(rid)
+        self.signal.fire()
+
+    # -- decisions --------------------------------------------------------------------------
+    def decode_sms(self, batch: int, ctx_sum: int) -> int:
+        """Fewest decode SMs whose contended step meets the TBT (the largest group if none)."""
+        a = self.cfg.decode_contention
+        for sms in self.choices:
+            if a * self.cost.decode_step_s(batch, ctx_sum, sms / self.sms) <= self.tbt_s:
+                return sms
+        return self.choices[-1]
+
+    def _start_batch(self) -> None:
+        t, pool = self.ctx.table, self.pool
+        batch, tokens = [], 0
+        while self.waiting:
+            r = self.waiting[0]
+            p = int(t.prompt[r])
+            nb = pool.blocks_for(p + int(t.output[r]))
+            if (batch and tokens + p > self.cfg.prefill_max_tokens) or not pool.can_allocate(nb):
+                break
+            pool.allocate(nb)
+            t.blocks[r] = nb
+            batch.append(self.waiting.popleft())
+            tokens += p
+        if batch:
+            self.batch, self.left, self._tp_cache = np.asarray(batch, dtype=np.int64), 1.0, {}
+
+    def _prefill_s(self, f: float) -> float:
+        """Time of the current prefill batch on share f (with contention when f < 1)."""
+        if f not in self._tp_cache:
+            x = self.cost.prefill_s(self.ctx.table.prompt[self.batch], f)
+            self._tp_cache[f] = x * (self.cfg.prefill_contention if f < 1.0 else 1.0)
+        return self._tp_cache[f]
+
+    def _end_prefill(self, at: float, joiners: list[int]) -> None:
+        t = self.ctx.table
+        ids = self.batch
+        t.computed[ids] = t.prompt[ids]
+        done = t.emit(ids, at)
+        self._release(done)
+        gone = set(done.tolist())
+        joiners += [r for r in ids.tolist() if r not in gone]
+        self.batch = None
+        self.ctx.recorder.num_iterations += 1
+
+    def _release(self, done: np.ndarray) -> None:
+        if len(done):
+            t = self.ctx.table
+            self.pool.free(int(t.blocks[done].sum()))
+            t.blocks[done] = 0
+
+    # -- the engine process -------------------------------------------------------------------
+    def run(self):
+        env, t, rec = self.ctx.env, self.ctx.table, self.ctx.recorder
+        while True:
+            if self.batch is None and self.waiting:
+                self._start_batch()
+            if self.batch is None and not self.running:
+                yield self.signal.wait()
+                self.clock = max(self.clock, env.now)
+                continue
+            joiners: list[int] = []
+            if not self.running:                      # prefill alone, every SM
+                end = self.clock + self.left * self._prefill_s(1.0)
+                yield env.timeout(max(0.0, end - env.now))
+                self.clock = end
+                self._end_prefill(end, joiners)
+            elif self.batch is None:                  # decode alone: leap
+                yield from self._decode_leap()
+                continue
+            else:
+                yield from self._mixed_step(joiners)
+            self.running += joiners
+            rec.num_steps_scheduled += 1
+            rec.sample(self.clock, self.index, len(self.running), len(self.waiting),
+                       self.pool.num_used, t.num_emitted)
+
+    def _decode_ids(self):
+        t = self.ctx.table
+        ids = np.asarray(self.running, dtype=np.int64)
+        return ids, int((t.computed[ids] + 1).sum())
+
+    def _finish_decode(self, ids, kd: int, ends) -> None:
+        t = self.ctx.table
+        if kd > 1:
+            t.emit_many(ids, ends[:kd - 1])
+        self.clock = float(ends[kd - 1])
+        done = t.emit(ids, self.clock)
+        t.computed[ids] += kd
+        self.ctx.recorder.num_iterations += kd
+        if len(done):
+            gone = set(done.tolist())
+            self.running = [r for r in self.running if r not in gone]
+            self._release(done)
+
+    def _decode_leap(self):
+        env, t = self.ctx.env, self.ctx.table
+        ids, S0 = self._decode_ids()
+        B = len(ids)
+        k = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP) if self.cfg.leap else 1
+        S = S0 + B * np.arange(k, dtype=np.int64)
+        d = np.atleast_1d(self.cost.cost.decode_only_s(B, S))
+        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
+        # steps after the first must start before the next arrival (which starts a prefill)
+        k = min(k, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        yield env.timeout(max(0.0, ends[k - 1] - env.now))
+        self._finish_decode(ids, k, ends)
+        self.ctx.recorder.num_steps_scheduled += 1
+        self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
+                                 self.pool.num_used, t.num_emitted)
+
+    def _mixed_step(self, joiners: list[int]):
+        """One decode step on its SM share while the prefill stream advances on the rest."""
+        env = self.ctx.env
+        ids, S = self._decode_ids()
+        sms = self.decode_sms(len(ids), S)
+        f = sms / self.sms
+        d = self.cfg.decode_contention * self.cost.decode_step_s(len(ids), S, f)
+        end = self.clock + d
+        t0 = self.clock
+        while self.batch is not None and t0 < end:
+            tp = self._prefill_s(1.0 - f)
+            need = self.left * tp
+            if t0 + need <= end:
+                t0 += need
+                self._end_prefill(t0, joiners)
+                self._start_batch()     # the next batch starts on the freed prefill stream
+            else:
+                self.left -= (end - t0) / tp
+                t0 = end
+        self.num_split_steps += 1
+        self.decode_sms_sum += sms
+        yield env.timeout(max(0.0, end - env.now))
+        self._finish_decode(ids, 1, np.asarray([end]))
+
+
+@register("muxwise", MuxWiseConfig)
+def build(ctx, cfg: MuxWiseConfig):
+    G = ctx.hardware.num_gpus
+    tp = cfg.tp or G
+    if G % tp:
+        raise ConfigError(f"policy.tp: {tp} does not divide hardware.num_gpus={G}")
+    engines = [MuxWiseEngine(ctx, cfg, i, list(range(i * tp, (i + 1) * tp))) for i in range(G // tp)]
+    t = ctx.table
+    if t.n:
+        need = int((t.prompt + t.output).max())
+        if engines[0].pool.blocks_for(need) > engines[0].pool.num_blocks:
+            raise ConfigError(f"policy muxwise: a request needs {need} tokens of KV but one "
+                              f"instance holds {engines[0].pool.capacity_tokens}; cap the context")
+    for e in engines:
+        ctx.env.process(e.run())
+    ctx.stats["engines"] = [dict(e.kv_summary, gpus=e.gpus) for e in engines]
+    ctx.stats["_engines"] = engines
+    if len(engines) == 1:
+        return engines[0].enqueue
+
+    def on_arrival(rid: int) -> None:
+        min(engines, key=lambda e: (e.load(), e.index)).enqueue(rid)
+    return on_arrival

@@ -1,0 +1,112 @@
+"""Kernel time on a share f of a GPU's SMs, from the profile's fitted full-GPU functions.
+
+Every kernel time t measured (fitted) on the whole GPU is split, as `hardware/rescale.py`
+does for derived devices, into a fixed floor (min(t, 4 µs): launch and tail) and a roofline
+part that is scaled by
+
+    ratio(f) = max(F / (f·P), B / (bw(f)·W)) / max(F / P, B / W)
+
+with F and B the FLOPs and HBM bytes of the kernel at that shape (from the model's GEMM and
+attention shapes), P and W the datasheet bf16 peak and HBM bandwidth of the GPU. So the
+compute-bound part slows by 1/f, the memory-bound part by 1/bw(f), where
+
+    bw(f) = min(1, f / bw_saturation)
+
+is the share of peak bandwidth f of the SMs can draw: memory-bound kernels saturate HBM well
+before they hold every SM (ConfluxServe §6.1 sizes decode's SM share by exactly this: "the
+minimum SMs that sustain 90 % of its standalone HBM bandwidth"). `bw_saturation` is a policy
+parameter (no measured value here: an assumption, see `MuxWiseConfig`). TP all-reduces keep
+their measured time: NCCL runs its own channels. Host costs, the launch model and the in-situ factor follow `GpuCostModel.step_s`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.cost import BatchShape, GpuCostModel
+from simserve.models import DTYPE_BYTES
+
+FLOOR_MAX_US = 4.0  # the kernel floor `rescale.py` keeps
+
+
+class SmShareCost:
+    def __init__(self, cost: GpuCostModel, bw_saturation: float):
+        self.cost, self.m, self.tp = cost, cost.model, cost.tp
+        spec = cost.gpu.spec
+        self.P = float(spec["bf16_tflops"]) * 1e12
+        self.W = float(spec["mem_bandwidth_gbps"]) * 1e9
+        self.bw_sat = bw_saturation
+        self.gemms = {g.name: g for g in self.m.gemms(self.tp)}
+        self.lm = self.m.lm_head(self.tp)
+        self.nh, self.nkv = self.m.heads_per_rank(self.tp)
+
+    def bw(self, f: float) -> float:
+        return min(1.0, f / self.bw_sat)
+
+    def _scaled(self, t_us: float, flops: float, nbytes: float, f: float) -> float:
+        if f >= 1.0:
+            return t_us
+        full = max(flops / self.P, nbytes / self.W)
+        if full <= 0:
+            return t_us
+        share = max(flops / (f * self.P), nbytes / (self.bw(f) * self.W))
+        floor = min(t_us, FLOOR_MAX_US)
+        return floor + (t_us - floor) * share / full
+
+    def _gemm(self, g, t_us: float, tokens: float, f: float) -> float:
+        return self._scaled(t_us, 2.0 * tokens * g.k * g.n,
+                            (g.k * g.n + tokens * (g.k + g.n)) * DTYPE_BYTES, f)
+
+    def dense_us(self, tokens: int, f: float) -> float:
+        """One layer's linear ops, element-wise ops and TP all-reduces on share f."""
+        ops = self.cost.ops.dense
+        us = 0.0
+        for name, curve in ops.items():
+            t = float(curve(tokens))
+            if name in self.gemms:
+                us += self._gemm(self.gemms[name], t, tokens, f)
+            else:  # element-wise: memory-bound
+                us += self._scaled(t, 0.0, 1.0, f)
+        return us + 2.0 * float(self.cost.allreduce_us(tokens))
+
+    def lm_us(self, rows: int, f: float) -> float:
+        return self._gemm(self.lm, float(self.cost.ops.lm_head(rows)), rows, f)
+
+    def decode_step_s(self, batch: int, ctx_sum: int, f: float) -> float:
+        """A decode iteration of `batch` sequences with Σ context `ctx_sum` on share f."""
+        if f >= 1.0:
+            return float(self.cost.decode_only_s(batch, ctx_sum))
+        hd = self.m.head_dim
+        attn = self._scaled(float(self.cost.decode_attn(batch, ctx_sum)),
+                            4.0 * self.nh * hd * ctx_sum,
+                            2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES, f)
+        layer = self.dense_us(batch, f) + attn
+        return self._iteration_s(batch, batch, layer, self.lm_us(batch, f))
+
+    def prefill_s(self, prompts: np.ndarray, f: float) -> float:
+        """Whole prompts (no cached context) in one batch on share f."""
+        T, n = int(prompts.sum()), len(prompts)
+        if f >= 1.0:
+            return self.cost.step_s(prefill_shape(prompts))
+        c = prompts.astype(np.float64)
+        zeros = np.zeros(n, dtype=np.int64)
+        hd = self.m.head_dim
+        work = float((c * (c + 1.0) / 2.0).sum())
+        attn = self._scaled(float(self.cost.prefill_attn(prompts, zeros)),
+                            4.0 * self.nh * hd * work,
+                            float((2 * c * self.nh + 2 * c * self.nkv).sum()) * hd * DTYPE_BYTES, f)
+        self.cost._ensure(T)
+        layer = self.dense_us(T, f) + attn
+        return self._iteration_s(T, n, layer, self.lm_us(n, f))
+
+    def _iteration_s(self, tokens: int, num_seqs: int, layer_us: float, lm_us: float) -> float:
+        """Host overhead + launch model + LM head, scaled by the in-situ factor, as in
+        `GpuCostModel.step_s` but with the share's own LM head time."""
+        c = self.cost
+        fwd = (c.layers_us(tokens, layer_us) + lm_us) * c.in_situ(tokens)
+        return (c.iter_us + c.per_seq_us * num_seqs + fwd) * 1e-6
+
+
+def prefill_shape(prompts: np.ndarray) -> BatchShape:
+    return BatchShape(num_tokens=int(prompts.sum()), prefill_chunks=prompts,
+                      prefill_ctx=np.zeros(len(prompts), dtype=np.int64),
+                      num_sample_rows=len(prompts))
