@@ -89,9 +89,12 @@ class SpCostModel:
         """T_P: all-to-all, head-sharded causal attention over every chunk, all-to-all."""
         return self.comm_us(max_shard_tokens) + float(self.sp_prefill_attn(chunks, ctxs))
 
-    def decode_path_us(self, n_d, dctx) -> float | None:
-        """T_D: the heaviest rank's local decode attention (None: no decodes anywhere)."""
-        t = [float(self.base.decode_attn(int(b), int(c))) for b, c in zip(n_d, dctx) if b > 0]
+    def decode_path_us(self, n_d, dctx, dmax=None) -> float | None:
+        """T_D: the heaviest rank's local decode attention (None: no decodes anywhere); `dmax`,
+        each rank's longest context, prices unequal contexts (GpuCostModel.decode_attn)."""
+        dmax = [None] * len(n_d) if dmax is None else dmax
+        t = [float(self.base.decode_attn(int(b), int(c), None if m is None else int(m)))
+             for b, c, m in zip(n_d, dctx, dmax) if b > 0]
         return max(t) if t else None
 
     def split_attention_us(self, t_p: float | None, t_d: float | None) -> float:
@@ -103,24 +106,25 @@ class SpCostModel:
 
     # -- whole iterations (s) ----------------------------------------------------------------
     def iteration_s(self, n_p, n_d, dctx, chunks: np.ndarray, ctxs: np.ndarray,
-                    num_sample_rows: int) -> float:
+                    num_sample_rows: int, dmax=None) -> float:
         """One iteration. n_p / n_d / dctx: prefill tokens, decodes and Σ decode context
         (tokens already in KV plus the new one) per rank; chunks / ctxs: every prefill chunk's new
         and cached tokens (Σ chunks = Σ n_p); num_sample_rows: rows the LM head samples on the
-        busiest rank."""
+        busiest rank; dmax: each rank's longest decode context (optional)."""
         if int(np.sum(n_p)) == 0:
-            return float(self.decode_only_s(n_d, np.asarray(dctx)[None, :])[0])
+            dm = None if dmax is None else np.asarray(dmax)[None, :]
+            return float(self.decode_only_s(n_d, np.asarray(dctx)[None, :], dm)[0])
         tokens = [int(p) + int(d) for p, d in zip(n_p, n_d)]
         t_lin = max(self.base.dense_layer_us(x) for x in tokens)
         t_p = self.prefill_path_us(int(max(n_p)), np.asarray(chunks), np.asarray(ctxs))
-        layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx))
+        layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
         busiest = max(tokens)
         seqs = int(max(n_d)) + len(chunks)
         b = self.base
         b._ensure(max(busiest, num_sample_rows))
         return (b.iter_us + b.per_seq_us * seqs + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
 
-    def decode_only_s(self, n_d, dctx):
+    def decode_only_s(self, n_d, dctx, dmax=None):
         """Decode-only iterations, vectorised: n_d (R,) decodes per rank, dctx (k, R) Σ context
         per rank at each of k consecutive steps. Returns (k,) seconds. Stepping one by one and
         leaping call this same function, so their floats are identical."""
@@ -133,7 +137,10 @@ class SpCostModel:
         b = self.base
         b._ensure(busy)
         t_lin = max(b.dense_layer_us(int(x)) for x in n_d)
-        t_d = np.max(np.stack([np.asarray(b.decode_attn(int(n), dctx[:, r]), dtype=np.float64)
+        dmax = None if dmax is None else np.asarray(dmax)
+        t_d = np.max(np.stack([np.asarray(b.decode_attn(int(n), dctx[:, r],
+                                                        None if dmax is None else dmax[:, r]),
+                                          dtype=np.float64)
                                for r, n in enumerate(n_d) if n > 0]), axis=0)
         layer = t_lin + t_d
         # the launch model, LM head and in-situ factor of the busiest rank (GpuCostModel's)

@@ -49,7 +49,7 @@ def test_decode_gets_the_fewest_sms_meeting_the_tbt(tbt_ms, expected):
     e = _engine(MuxWiseConfig(tbt_ms=tbt_ms))
     # hand-made decode time: 66 ms·SM / sms, i.e. 0.5 ms on all 132 SMs; alpha = 1.28:
     # 1.28·66/s <= TBT  ->  s >= 84.5/TBT; groups are 16, 24, ..., 64 SMs
-    e.cost.decode_step_s = lambda b, ctx, f: 66.0 / (f * 132) * 1e-3
+    e.cost.decode_step_s = lambda b, ctx, f, ctx_max=None: 66.0 / (f * 132) * 1e-3
     assert e.decode_sms(8, 8000) == expected
 
 

@@ -57,7 +57,8 @@ class LoongEngine(SpRanksEngine):
         if not any(nd):
             return None
         self.num_decode_iters += 1
-        dt = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :])[0])
+        dt = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :],
+                                           np.asarray(self._rank_max())[None, :])[0])
         ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
         return dt, lambda: self._apply(ids, [], [])
 
@@ -133,7 +134,9 @@ class LoongEngine(SpRanksEngine):
         if self.lcfg.tbt_ms is None:
             return None
         _, dctx = self._rank_states()
-        dec = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :])[0]) if any(nd) else 0.0
+        dec = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :],
+                                            np.asarray(self._rank_max())[None, :])[0]) \
+            if any(nd) else 0.0
         return max(0.0, self.lcfg.tbt_ms * 1e-3 - dec)
 
     def _largest_chunk(self, k: int, batch, rid: int, cap_s: float) -> int:
@@ -215,6 +218,7 @@ class LoongEngine(SpRanksEngine):
         not run)."""
         t, bs = self.ctx.table, self.cfg.block_size
         keep = [r for r in range(self.R) if nd[r] > 0]
+        dmax = self._rank_max()
         if not keep:
             return []
         sub_nd = [nd[r] for r in keep]
@@ -231,7 +235,8 @@ class LoongEngine(SpRanksEngine):
                              for r, a in zip(keep, per)):
                 break
             d = np.asarray([dctx[r] + nd[r] * j for r in keep])[None, :]
-            now += float(self.cost.decode_only_s(sub_nd, d)[0])
+            m = np.asarray([dmax[r] + j for r in keep])[None, :]
+            now += float(self.cost.decode_only_s(sub_nd, d, m)[0])
             out.append((now, ids))
             j += 1
         for r, a in zip(keep, per):

@@ -176,6 +176,12 @@ class SpRanksEngine:
         self.counters["num_decode_preemptions"] += 1
         self.pending.insert(0, rid)
 
+    def _rank_max(self) -> list[int]:
+        """Each rank's longest decode context (tokens in KV plus the new one; 0 if none)."""
+        t = self.ctx.table
+        return [int(t.computed[np.asarray(ids, dtype=np.int64)].max()) + 1 if ids else 0
+                for ids in self.decodes]
+
     def _rank_states(self) -> tuple[list[int], list[int]]:
         """Decodes and their Σ context (tokens in KV plus the new one) per rank."""
         t = self.ctx.table
@@ -256,8 +262,9 @@ class SpRanksEngine:
             return 0
         nd = np.array([len(a) for a in per], dtype=np.int64)
         c0 = np.array([int((t.computed[a] + 1).sum()) for a in per], dtype=np.int64)
-        dctx = c0[None, :] + nd[None, :] * np.arange(kmax, dtype=np.int64)[:, None]
-        d = self.cost.decode_only_s(nd, dctx)
+        steps = np.arange(kmax, dtype=np.int64)[:, None]
+        dctx = c0[None, :] + nd[None, :] * steps
+        d = self.cost.decode_only_s(nd, dctx, np.asarray(self._rank_max())[None, :] + steps)
         ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
         k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
         if k < 2:

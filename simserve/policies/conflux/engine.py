@@ -55,7 +55,8 @@ class XpInstance(SpRanksEngine):
         finishing = [ch for ch in chunks if ch.finishes]
         dt = self.cost.iteration_s(
             n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
-            np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing))
+            np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
+            self._rank_max())
         dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 

@@ -73,8 +73,10 @@ class DecodeInstance:
             B = len(ids)
             k = int((t.output[ids] - t.generated[ids]).min()) if self.cfg.leap else 1
             k = min(k, LEAP_CAP)
-            S = int((t.computed[ids] + 1).sum()) + B * np.arange(k, dtype=np.int64)
-            d = np.atleast_1d(self.cost.decode_only_s(B, S))
+            steps = np.arange(k, dtype=np.int64)
+            S = int((t.computed[ids] + 1).sum()) + B * steps
+            # the longest context too: unequal contexts cost more in a split-K decode kernel
+            d = np.atleast_1d(self.cost.decode_only_s(B, S, int(t.computed[ids].max()) + 1 + steps))
             ends = np.cumsum(np.concatenate(([clock], d)))[1:]
             woken = yield from sleep_until(env, float(ends[-1]), self.signal.wait())
             kd = k

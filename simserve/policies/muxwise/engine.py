@@ -70,11 +70,11 @@ class MuxWiseEngine:
         self.signal.fire()
 
     # -- decisions --------------------------------------------------------------------------
-    def decode_sms(self, batch: int, ctx_sum: int) -> int:
+    def decode_sms(self, batch: int, ctx_sum: int, ctx_max: int | None = None) -> int:
         """Fewest decode SMs whose contended step meets the TBT (the largest group if none)."""
         a = self.cfg.decode_contention
         for sms in self.choices:
-            if a * self.cost.decode_step_s(batch, ctx_sum, sms / self.sms) <= self.tbt_s:
+            if a * self.cost.decode_step_s(batch, ctx_sum, sms / self.sms, ctx_max) <= self.tbt_s:
                 return sms
         return self.choices[-1]
 
@@ -167,8 +167,10 @@ class MuxWiseEngine:
         ids, S0 = self._decode_ids()
         B = len(ids)
         k = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP) if self.cfg.leap else 1
-        S = S0 + B * np.arange(k, dtype=np.int64)
-        d = np.atleast_1d(self.cost.cost.decode_only_s(B, S))
+        steps = np.arange(k, dtype=np.int64)
+        S = S0 + B * steps
+        cmax = int(self.ctx.table.computed[ids].max()) + 1 + steps  # longest context per step
+        d = np.atleast_1d(self.cost.cost.decode_only_s(B, S, cmax))
         ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
         # steps after the first must start before the next arrival (which starts a prefill)
         k = min(k, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
@@ -182,9 +184,10 @@ class MuxWiseEngine:
         """One decode step on its SM share while the prefill stream advances on the rest."""
         env = self.ctx.env
         ids, S = self._decode_ids()
-        sms = self.decode_sms(len(ids), S)
+        cmax = int(self.ctx.table.computed[ids].max()) + 1
+        sms = self.decode_sms(len(ids), S, cmax)
         f = sms / self.sms
-        d = self.cfg.decode_contention * self.cost.decode_step_s(len(ids), S, f)
+        d = self.cfg.decode_contention * self.cost.decode_step_s(len(ids), S, f, cmax)
         end = self.clock + d
         t0 = self.clock
         while self.batch is not None and t0 < end:

@@ -71,12 +71,13 @@ class SmShareCost:
     def lm_us(self, rows: int, f: float) -> float:
         return self._gemm(self.lm, float(self.cost.ops.lm_head(rows)), rows, f)
 
-    def decode_step_s(self, batch: int, ctx_sum: int, f: float) -> float:
-        """A decode iteration of `batch` sequences with Σ context `ctx_sum` on share f."""
+    def decode_step_s(self, batch: int, ctx_sum: int, f: float, ctx_max: int | None = None) -> float:
+        """A decode iteration of `batch` sequences with Σ context `ctx_sum` (longest `ctx_max`)
+        on share f."""
         if f >= 1.0:
-            return float(self.cost.decode_only_s(batch, ctx_sum))
+            return float(self.cost.decode_only_s(batch, ctx_sum, ctx_max))
         hd = self.m.head_dim
-        attn = self._scaled(float(self.cost.decode_attn(batch, ctx_sum)),
+        attn = self._scaled(float(self.cost.decode_attn(batch, ctx_sum, ctx_max)),
                             4.0 * self.nh * hd * ctx_sum,
                             2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES, f)
         layer = self.dense_us(batch, f) + attn
