@@ -3,6 +3,10 @@ decodes, 4×H100, Qwen3-14B, prefill degree 4; ours beside the paper's.
 
     python benchmarks/conflux_table2.py [--window 10] [--policies conflux,loongserve]
 
+Chunked prefill and MuxWise are priced in steady state from the same cost models
+(`conflux_table2_baselines.steady_state`: the largest TBT-safe chunk; MuxWise's SM split);
+every design is reported in req/s at the workload's mean prompt, so the columns compare.
+
 Setting (paper §3.3 with the decode load of §8.3): 96 background decodes with 8K-token contexts
 (24 per GPU, as in Fig. 13/14b) run throughout; a backlog of Mooncake-Toolagent-shaped prompts
 (synthetic lengths matched to Table 3; prefill only, one output token, so the decode count stays
@@ -13,8 +17,7 @@ highest prefill rate the design sustains). The TBT SLO binds each design its own
 estimator error is visible); `loongserve` runs Fig. 6's configuration — prefill pinned at SP4
 (`prefill_sp=4`), decode SP1 — alternating one prefill and one decode iteration
 (`max_wait_tokens=1`), each prefill iteration capped so that it plus one decode step fit τ
-(`tbt_ms`; LoongServe itself has no TBT control, so this adaptation is ours). Chunked prefill
-and MuxWise come from other branches and are not run here yet.
+(`tbt_ms`; LoongServe itself has no TBT control, so this adaptation is ours).
 """
 from __future__ import annotations
 
@@ -84,12 +87,22 @@ def measure(policy: str, params: dict, tbt_ms: float, window: float, hw) -> dict
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--window", type=float, default=10.0, help="measurement window (s)")
-    ap.add_argument("--policies", default="conflux,loongserve")
+    ap.add_argument("--policies", default="conflux,loongserve,chunked,muxwise")
     a = ap.parse_args(argv)
     hw = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
     rows = []
     for pol in a.policies.split(","):
         for k, tbt in enumerate((50.0, 100.0)):
+            if pol in ("chunked", "muxwise"):  # steady state from the same cost models
+                from benchmarks.conflux_table2_baselines import steady_state
+                tok_s = steady_state(tbt * 1e-3)[pol]
+                m = {"rate": float("nan"), "tok_s": tok_s, "rate_at_mean": tok_s / MEAN_PROMPT}
+                rows.append((pol, tbt, PAPER[pol][k], m))
+                print(f"{pol:11s} TBT {tbt:5.0f} ms: {tok_s:7.0f} prompt tok/s = "
+                      f"{m['rate_at_mean']:5.2f} req/s at the mean prompt (steady state, "
+                      f"benchmarks/conflux_table2_baselines.py) (paper {PAPER[pol][k]:.2f})",
+                      flush=True)
+                continue
             if pol == "conflux":
                 variants = [("conflux", "conflux", dict(scheduler="fcfs", tbt_ms=tbt))]
             elif pol == "loongserve":
@@ -97,7 +110,8 @@ def main(argv=None) -> int:
                              dict(scheduler="fcfs", tbt_ms=tbt, max_wait_tokens=1,
                                   prefill_sp=4))]
             else:
-                raise SystemExit(f"--policies: unknown {pol!r} (conflux, loongserve)")
+                raise SystemExit(f"--policies: unknown {pol!r} (conflux, loongserve, chunked, "
+                                 "muxwise)")
             for label, name, params in variants:
                 m = measure(name, params, tbt, a.window, hw)
                 rows.append((label, tbt, PAPER[label][k], m))

@@ -24,25 +24,35 @@ from simserve.policies.muxwise.smshare import SmShareCost
 PAPER = {0.05: (4.17, 4.38), 0.1: (5.92, 5.43)}
 
 
-def main() -> None:
+def steady_state(tbt: float, P: int = 6346, B: int = 96, ctx: int = 8192) -> dict:
+    """Prefill tokens/s next to B decodes at context ctx under TBT `tbt` (s): chunked (largest
+    chunk, 64-token steps, whose mixed iteration meets the TBT; chunks of a P-token prompt sit
+    at P/2 context on average) and MuxWise (decode on the fewest SMs meeting the TBT, the
+    prompt on the rest, both slowed by contention)."""
     hw = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
     cost = GpuCostModel(get_model("qwen3-14b"), hw.gpu, 4, hw.nvlink, table_tokens=16384)
-    B, ctx, P = 96, 8192, 6346
     S = B * (ctx + 1)
+    best = 0.0
+    for C in range(64, 16384, 64):
+        st = cost.step_s(BatchShape(num_tokens=C + B, prefill_chunks=np.array([C]),
+                                    prefill_ctx=np.array([P // 2]), num_decodes=B,
+                                    decode_ctx_sum=S, num_sample_rows=B))
+        if st <= tbt:
+            best = max(best, C / st)
+    cfg = MuxWiseConfig(tbt_ms=tbt * 1e3)
+    sc = SmShareCost(cost, cfg.bw_saturation)
+    a, b = cfg.decode_contention, cfg.prefill_contention
+    choices = cfg.decode_sm_choices(132)
+    sms = next((s for s in choices if a * sc.decode_step_s(B, S, s / 132) <= tbt), choices[-1])
+    mux = P / (b * sc.prefill_s(np.array([P]), 1 - sms / 132))
+    return {"chunked": best, "muxwise": mux, "muxwise_decode_sms": sms}
+
+
+def main() -> None:
+    P = 6346
     for tbt in (0.05, 0.1):
-        best = 0.0
-        for C in range(64, 16384, 64):
-            st = cost.step_s(BatchShape(num_tokens=C + B, prefill_chunks=np.array([C]),
-                                        prefill_ctx=np.array([P // 2]), num_decodes=B,
-                                        decode_ctx_sum=S, num_sample_rows=B))
-            if st <= tbt:
-                best = max(best, C / st)
-        cfg = MuxWiseConfig(tbt_ms=tbt * 1e3)
-        sc = SmShareCost(cost, cfg.bw_saturation)
-        a, b = cfg.decode_contention, cfg.prefill_contention
-        choices = cfg.decode_sm_choices(132)
-        sms = next((s for s in choices if a * sc.decode_step_s(B, S, s / 132) <= tbt), choices[-1])
-        mux = P / (b * sc.prefill_s(np.array([P]), 1 - sms / 132))
+        r = steady_state(tbt, P)
+        best, mux, sms = r["chunked"], r["muxwise"], r["muxwise_decode_sms"]
         pc, pm = PAPER[tbt]
         print(f"TBT {tbt * 1e3:.0f} ms: chunked {best / P:.2f} req/s, muxwise {mux / P:.2f} req/s "
               f"(decode {sms} SMs): ratio {mux / best:.2f}; paper {pc} / {pm}, ratio {pm / pc:.2f}")
