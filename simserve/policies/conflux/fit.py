@@ -31,12 +31,14 @@ def fit_from_cost(cost: SpCostModel, alpha: float, beta: float, max_tokens: int 
     gemm = [b.forward_us(int(x), b.dense_layer_us(int(x)), 0) / L * _US for x in n]
     bs, ctxs = (8, 16, 32, 64, 128), (512, 1024, 2048, 4096, 8192, 16384)
     w_d = [B * c for B in bs for c in ctxs]
-    dec = [float(b.decode_attn(B, B * c)) * _US for B in bs for c in ctxs]
+    # attention and communication run inside whole forwards too: each sample carries the
+    # cost model's in-situ factor at the tokens the rank would hold in such an iteration
+    dec = [float(b.decode_attn(B, B * c)) * b.in_situ(B) * _US for B in bs for c in ctxs]
     chunks, pctx = (128, 256, 512, 1024, 2048, 4096, 8192), (0, 2048, 8192, 16384)
     w_p = [prefill_work(l, c) / R for l in chunks for c in pctx]
-    pre = [float(cost.sp_prefill_attn(np.array([l]), np.array([c]))) * _US
-           for l in chunks for c in pctx]
-    comm = [cost.comm_us(int(x)) * _US for x in n]
+    pre = [float(cost.sp_prefill_attn(np.array([l]), np.array([c])))
+           * b.in_situ(max(1, l // R)) * _US for l in chunks for c in pctx]
+    comm = [cost.comm_us(int(x)) * b.in_situ(int(x)) * _US for x in n]
     return fit_estimator({"gemm": (n, gemm), "decode_attn": (w_d, dec),
                           "prefill_attn": (w_p, pre), "comm": (n, comm)},
                          num_layers=L, alpha=alpha, beta=beta)
