@@ -10,7 +10,8 @@ from typing import Callable
 from simserve.errors import ConfigError, did_you_mean
 
 # name -> module that registers it (imported lazily so one policy never imports another)
-_MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi"}
+_MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi",
+            "dualpace": "simserve.policies.dualpace.engine"}
 _REGISTRY: dict[str, tuple[type, Callable]] = {}
 
 
