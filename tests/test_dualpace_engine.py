@@ -193,8 +193,9 @@ def _envelope_ok(sim):
     assert hp.num_used <= hp.num_blocks and st.gpu_pool.num_used <= st.gpu_pool.num_blocks
     ids = np.asarray(st.cpu_running, dtype=np.int64)
     growth = int(np.maximum(st.peak[ids] - st.host_blocks[ids], 0).sum())
-    q = [int(st.peak[r]) for r in sim.gpu.running] + [int(st.peak[r]) for r in sim.gpu.marks
-                                                      if st.marked[r]]
+    # Q_G in eviction order: deferred swap-in marks at its head, the youngest at its tail
+    q = [int(st.peak[r]) for r in sim.gpu.marks if st.marked[r]] + [
+        int(st.peak[r]) for r in sim.gpu.running]
     mig = migration_blocks(q, st.gpu_pool.num_blocks)
     assert hp.num_used + growth + mig <= hp.num_blocks, "Eq. 2 violated"
 

@@ -78,6 +78,16 @@ class GpuEngine:
         st, t = self.st, self.ctx.table
         bs = self.pool.block_size
         ch = self.ctx.cluster.gpus[0]
+        if plan.to_cpu and not plan.migration_only:
+            # B_planned made visible at once: the CPU engine may run a round during the
+            # migrations below, and must see these persistent host blocks as used
+            c = np.asarray(plan.to_cpu, dtype=np.int64)
+            hb = -(-t.prompt[c] // bs)
+            st.host_pool.allocate(int(hb.sum()))
+            st.host_blocks[c] = hb
+            st.owner[c] = MIGRATING
+            st.cpu_waiting.extend(plan.to_cpu)         # unready until the last layer's copy
+            self.counts["prefill_to_cpu"] += len(c)
         if plan.victims:
             v = np.asarray(plan.victims, dtype=np.int64)
             hb = -(-t.computed[v] // bs)
@@ -106,7 +116,7 @@ class GpuEngine:
             st.host_blocks[s] = 0
             st.owner[s] = GPU
             st.marked[s] = False
-            self.running.extend(plan.swap_in)
+            self.running[:0] = plan.swap_in        # finish-peak admitted: head of Q_G
             self.counts["swap_in"] += len(s)
         for r in plan.marks:
             st.marked[r] = True
@@ -132,13 +142,6 @@ class GpuEngine:
             self.running.extend(plan.to_gpu)
             self.counts["prefill_to_gpu"] += len(g)
         c = np.asarray(plan.to_cpu, dtype=np.int64)
-        if len(c):
-            hb = -(-t.prompt[c] // bs)
-            st.host_pool.allocate(int(hb.sum()))       # persistent host blocks
-            st.host_blocks[c] = hb
-            st.owner[c] = MIGRATING
-            st.cpu_waiting.extend(plan.to_cpu)         # unready until the last layer's copy
-            self.counts["prefill_to_cpu"] += len(c)
         pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
         if np.any(st.owner[dec] != GPU):
             raise RuntimeError("GPU engine: batch holds a decode it does not own")

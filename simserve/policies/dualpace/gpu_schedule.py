@@ -63,11 +63,12 @@ def plan_round(eng) -> Plan:
         short, freed = need - free, 0
         alive = np.ones(len(run), dtype=bool)
         peaks = st.peak[ids]
+        mark_peaks = [int(st.peak[r]) for r in eng.marks]
         for i in range(len(run) - 1, -1, -1):
             r = run[i]
             hb = -(-int(t.computed[r]) // bs)
             alive[i] = False
-            mig = migration_blocks(peaks[alive].tolist(), gcap)
+            mig = migration_blocks(mark_peaks + peaks[alive].tolist(), gcap)
             if fits(hp.num_used, planned + hb, host_growth, mig, hcap):
                 plan.victims.append(r)
                 planned += hb
@@ -91,11 +92,13 @@ def plan_round(eng) -> Plan:
     keep = keep[:min(eng.max_seqs, eng.hard_limit)]
     kid = np.asarray(keep, dtype=np.int64)
     need = int(np.maximum(-(-(t.computed[kid] + 1) // bs) - t.blocks[kid], 0).sum())
-    q_peaks = st.peak[np.asarray(run, dtype=np.int64)].tolist()       # step 3
+    # step 3. Q_G in eviction order, tail evicted first. Requests admitted with a finish-peak
+    # guarantee (swap-ins, deferred marks) sit at its head: they stay GPU-resident to the end.
+    q_peaks = st.peak[np.asarray(run, dtype=np.int64)].tolist()
     if plan.victims:
         gone = set(plan.victims)
         q_peaks = [int(st.peak[r]) for r in run if r not in gone]
-    q_peaks += [int(st.peak[r]) for r in eng.marks]
+    q_peaks[:0] = [int(st.peak[r]) for r in eng.marks]
     st.migration_reserve = migration_blocks(q_peaks, gcap)
     plan.decodes = keep                                               # step 4
     rows, tokens = len(keep), len(keep)
@@ -116,7 +119,8 @@ def plan_round(eng) -> Plan:
             if kv > gfree or peak_sum + pk > gcap:
                 break
             plan.swap_in.append(r)
-            q_peaks.append(pk) if pk else None
+            if pk:
+                q_peaks.insert(0, pk)
             gfree -= kv
             peak_sum += pk
             rows += 1
@@ -163,10 +167,12 @@ def plan_round(eng) -> Plan:
                 if kv > gfree or peak_sum + int(st.peak[r]) > gcap:
                     break
                 plan.marks.append(r)
+                q_peaks.insert(0, int(st.peak[r]))
                 gfree -= kv
                 peak_sum += int(st.peak[r])
                 rows += 1
                 tokens += 1
         else:
             swap_in_pass()
+    st.migration_reserve = migration_blocks(q_peaks, gcap)   # published after this round
     return plan
