@@ -251,3 +251,31 @@ def test_profile_controls_resolve_to_the_paper_s_4090_values():
     r = simulate_point(workload([0.0], [10], [2]), LLAMA, HW, "dualpace").stats["engines"][0]
     assert r["gpu_token_limit"] == 1024 and r["cpu_batch_limit"] == 256   # §4.3
     assert r["assist_p"] == 32          # Fig. 7a: P = 32 on this platform
+
+
+def test_chunked_prefill_isolated_request_is_the_sum_of_its_chunks():
+    from simserve.cost import BatchShape
+    p, o = 2500, 3                      # 1024 + 1024 + 452 under the 1024-token limit
+    s = Sim(workload([0.0], [p], [o]), dict(FAST, chunked_prefill=True, cpu_batch_limit=8,
+                                            assist_p=16, assist_f=8))
+    cm = _gpu_cost()
+    now = 0.0
+    for ctx, n in ((0, 1024), (1024, 1024), (2048, 452)):
+        now += cm.step_s(BatchShape(num_tokens=n, prefill_chunks=np.array([n]),
+                                    prefill_ctx=np.array([ctx]), num_sample_rows=int(ctx + n == p)))
+    times = [now]
+    for i in range(1, o):
+        times.append(times[-1] + cm.decode_only_s(1, p + i))
+    assert s.table.token_times[:o].tolist() == pytest.approx(times, rel=1e-12)
+
+
+def test_chunked_prefill_to_cpu_copies_every_chunk_once():
+    prompts = [3000, 700, 2100]
+    s = Sim(workload([0.0, 0.0, 0.0], prompts, [4, 4, 4]),
+            dict(FAST, chunked_prefill=True, cpu_batch_limit=8, assist_p=16, assist_f=8,
+                 num_gpu_blocks_override=16))
+    assert s.table.num_finished == 3 and s.gpu.counts["prefill_to_cpu"] == 3
+    assert s.cluster.gpus[0].d2h.bytes_moved == sum(prompts) * KV_TOKEN
+    gpu_batches = sum(1 for *_, e, ids in s.st.log if e == "gpu")
+    assert gpu_batches == -(-sum(prompts) // 1024)      # full 1024-token chunks, no gaps
+    assert s.st.host_pool.num_used == 0 and s.table.token_on_cpu.sum() == 3 * 3

@@ -38,6 +38,7 @@ class GpuEngine:
         self.running: list[int] = []
         self.marks: list[int] = []
         self.copy_done = None
+        self.dest = np.zeros(ctx.table.n, dtype=np.int8)   # residency chosen at admission
         self._wake = None
         self.counts = dict(swap_out=0, swap_in=0, prefill_to_gpu=0, prefill_to_cpu=0, marks=0,
                            migration_only_rounds=0, rounds=0)
@@ -78,15 +79,17 @@ class GpuEngine:
         st, t = self.st, self.ctx.table
         bs = self.pool.block_size
         ch = self.ctx.cluster.gpus[0]
-        if plan.to_cpu and not plan.migration_only:
+        new_cpu = [r for r in plan.to_cpu if t.computed[r] == 0]
+        if new_cpu and not plan.migration_only:
             # B_planned made visible at once: the CPU engine may run a round during the
             # migrations below, and must see these persistent host blocks as used
-            c = np.asarray(plan.to_cpu, dtype=np.int64)
+            c = np.asarray(new_cpu, dtype=np.int64)
+            self.dest[c] = CPU
             hb = -(-t.prompt[c] // bs)
             st.host_pool.allocate(int(hb.sum()))
             st.host_blocks[c] = hb
             st.owner[c] = MIGRATING
-            st.cpu_waiting.extend(plan.to_cpu)         # unready until the last layer's copy
+            st.cpu_waiting.extend(new_cpu)             # unready until the last layer's copy
             self.counts["prefill_to_cpu"] += len(c)
         if plan.victims:
             v = np.asarray(plan.victims, dtype=np.int64)
@@ -127,32 +130,31 @@ class GpuEngine:
     def _forward(self, plan):
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = self.pool.block_size
-        n_pref = len(plan.to_gpu) + len(plan.to_cpu)
-        for _ in range(n_pref):
-            self.waiting.popleft()
         dec = np.asarray(plan.decodes + plan.swap_in, dtype=np.int64)
         nb = np.maximum(-(-(t.computed[dec] + 1) // bs) - t.blocks[dec], 0)
         self.pool.allocate(int(nb.sum()))
         t.blocks[dec] += nb
-        if plan.to_gpu:
-            g = np.asarray(plan.to_gpu, dtype=np.int64)
+        g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
+        if len(g):                                     # persistent HBM for the whole prompt
             gb = -(-t.prompt[g] // bs)
             self.pool.allocate(int(gb.sum()))
             t.blocks[g] = gb
-            self.running.extend(plan.to_gpu)
+            self.dest[g] = GPU
             self.counts["prefill_to_gpu"] += len(g)
         c = np.asarray(plan.to_cpu, dtype=np.int64)
         pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
         if np.any(st.owner[dec] != GPU):
             raise RuntimeError("GPU engine: batch holds a decode it does not own")
-        chunks = t.prompt[pre_ids]
+        chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
+        ctx0 = t.computed[pre_ids]
+        last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]     # these sample a first token
         shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
-                           prefill_ctx=np.zeros(len(pre_ids), dtype=np.int64),
-                           num_decodes=len(dec), decode_ctx_sum=int((t.computed[dec] + 1).sum()),
-                           num_sample_rows=len(dec) + len(pre_ids))
+                           prefill_ctx=ctx0, num_decodes=len(dec),
+                           decode_ctx_sum=int((t.computed[dec] + 1).sum()),
+                           num_sample_rows=len(dec) + len(last))
         run = self._main_run(shape)
         if len(c):
-            nbytes = float(t.prompt[c].sum()) * self.kv_bytes_token / self.N
+            nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
             run.on_start = lambda: self._start_copies(run, c, nbytes)
         run.applied = env.event()
         t0 = env.now
@@ -160,8 +162,11 @@ class GpuEngine:
         if st.log is not None:
             st.log.append((run.start, env.now, "gpu", np.concatenate((dec, pre_ids))))
         t.computed[dec] += 1
-        t.computed[pre_ids] = t.prompt[pre_ids]
-        done = t.emit(np.concatenate((dec, pre_ids)), env.now)
+        t.computed[pre_ids] += chunks
+        while self.waiting and t.computed[self.waiting[0]] >= t.prompt[self.waiting[0]]:
+            self.waiting.popleft()                     # prefilled prompts leave the queue
+        done = t.emit(np.concatenate((dec, last)), env.now)
+        self.running.extend(r for r in last.tolist() if self.dest[r] == GPU)
         if len(done):
             on_gpu = done[st.owner[done] == GPU]
             self.pool.free(int(t.blocks[on_gpu].sum()))
@@ -210,6 +215,6 @@ class GpuEngine:
             st.host_pool.free(int(st.host_blocks[fin].sum()))
             st.host_blocks[fin] = 0
             st.owner[fin] = NONE
-        live = ids[t.generated[ids] < t.output[ids]]
+        live = ids[(t.generated[ids] < t.output[ids]) & (t.computed[ids] >= t.prompt[ids])]
         st.owner[live] = CPU
         st.set_ready(live)

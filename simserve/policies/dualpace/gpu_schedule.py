@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simserve.policies.dualpace.envelope import admit_prefills, fits, migration_blocks
+from simserve.policies.dualpace.state import GPU
 
 MAX_PREFILL_CANDIDATES = 256   # prompts looked at per round (the row limit bounds it anyway)
 
@@ -31,6 +32,7 @@ class Plan:
     to_gpu: list = field(default_factory=list)
     to_cpu: list = field(default_factory=list)
     marks: list = field(default_factory=list)
+    chunks: dict = field(default_factory=dict)   # prompt tokens prefilled this round
     migration_only: bool = False
 
     @property
@@ -128,9 +130,26 @@ def plan_round(eng) -> Plan:
 
     if (not swap_out and len(st.cpu_running) >= st.cpu_batch_limit and st.cpu_waiting):
         swap_in_pass()
-    cand = []                                                         # step 5
-    for r in eng.waiting:
-        if len(cand) >= min(MAX_PREFILL_CANDIDATES, eng.max_seqs - rows):
+    chunked = eng.cfg.chunked_prefill                                 # step 5
+    left = max(eng.token_limit - tokens, 0)
+    start = 0
+    if chunked and eng.waiting and t.computed[eng.waiting[0]] > 0:
+        # a prompt already partly prefilled continues first, on the residency chosen for it
+        r = eng.waiting[0]
+        rest = int(t.prompt[r] - t.computed[r])
+        n = min(rest, left)
+        start = 1 if n == rest else len(eng.waiting)
+        if n > 0:
+            (plan.to_gpu if eng.dest[r] == GPU else plan.to_cpu).append(r)
+            plan.chunks[r] = n
+            left -= n
+            rows += 1
+            tokens += n
+    cand = []
+    for i, r in enumerate(eng.waiting):
+        if i < start:
+            continue
+        if len(cand) >= min(MAX_PREFILL_CANDIDATES, eng.max_seqs - rows) or (chunked and not left):
             break
         cand.append(r)
     if cand:
@@ -139,21 +158,27 @@ def plan_round(eng) -> Plan:
         res = admit_prefills(
             (-(-pr // bs)).tolist(), st.peak[c].tolist(), gpu_queue_peaks=q_peaks,
             gpu_free=gfree, gpu_capacity=gcap, cpu_used=hp.num_used, cpu_planned=planned,
-            cpu_growth=host_growth, cpu_capacity=hcap, prompt_tokens=pr.tolist(),
-            max_rows=eng.max_seqs - rows, max_tokens=max(eng.token_limit - tokens, 0),
+            cpu_growth=host_growth, cpu_capacity=hcap,
+            prompt_tokens=None if chunked else pr.tolist(),
+            max_rows=eng.max_seqs - rows, max_tokens=None if chunked else left,
             max_cpu_admits=eng.cfg.host_admission_limit)
-        staged = 0
+        staged = sum(plan.chunks[r] for r in plan.to_cpu)
         for r, d, p in zip(cand, res.dest, pr.tolist()):
+            n = min(p, left) if chunked else p
+            if n <= 0:
+                break
             if d == "gpu":
                 plan.to_gpu.append(r)
-                gfree -= -(-p // bs)
+                gfree -= -(-p // bs)           # the whole prompt's persistent KV
             else:
-                if plan.to_cpu and staged + p > eng.staging_tokens:
+                if (plan.to_cpu or staged) and staged + n > eng.staging_tokens:
                     break
-                staged += p
+                staged += n
                 plan.to_cpu.append(r)
+            plan.chunks[r] = n
+            left -= n if chunked else 0
             rows += 1
-            tokens += p
+            tokens += n
         q_peaks[:] = res.gpu_queue_peaks
         peak_sum = sum(q_peaks)
     if not swap_out:                                                  # step 6
