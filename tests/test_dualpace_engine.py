@@ -279,3 +279,24 @@ def test_chunked_prefill_to_cpu_copies_every_chunk_once():
     gpu_batches = sum(1 for *_, e, ids in s.st.log if e == "gpu")
     assert gpu_batches == -(-sum(prompts) // 1024)      # full 1024-token chunks, no gaps
     assert s.st.host_pool.num_used == 0 and s.table.token_on_cpu.sum() == 3 * 3
+
+
+def test_hbm_pressure_swaps_out_from_the_tail_and_the_cpu_continues():
+    # four 300-token prompts fit HBM (4 x 19 blocks of 100), but growing to 700 tokens each
+    # (44 blocks) they cannot all stay: the youngest are swapped out and decode on the CPU
+    s = Sim(workload([0.0, 0.0, 0.0, 0.0], [300] * 4, [400] * 4),
+            dict(FAST, num_gpu_blocks_override=100, num_cpu_blocks_override=10_000,
+                 cpu_batch_limit=8, assist_p=16, assist_f=8))
+    t, c = s.table, s.gpu.counts
+    assert c["prefill_to_gpu"] == 4 and c["swap_out"] >= 1
+    assert t.num_finished == 4 and s.st.host_pool.num_used == 0
+    d2h = s.cluster.gpus[0].d2h
+    assert d2h.bytes_moved > 0 and d2h.bytes_moved % KV_TOKEN == 0   # whole tokens of KV
+    on_cpu = [t.token_on_cpu[t.offsets[i]:t.offsets[i + 1]].any() for i in range(4)]
+    assert not on_cpu[0]                  # the oldest is never the victim
+    assert any(on_cpu[1:])
+    # a request that moved decodes on one engine, then the other: its CPU tokens come after
+    # its GPU tokens, in one contiguous stretch per move
+    for i in range(4):
+        flags = t.token_on_cpu[t.offsets[i]:t.offsets[i + 1]]
+        assert np.count_nonzero(np.diff(flags.astype(int)) == -1) <= c["swap_in"]
