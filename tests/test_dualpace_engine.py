@@ -300,3 +300,17 @@ def test_hbm_pressure_swaps_out_from_the_tail_and_the_cpu_continues():
     for i in range(4):
         flags = t.token_on_cpu[t.offsets[i]:t.offsets[i + 1]]
         assert np.count_nonzero(np.diff(flags.astype(int)) == -1) <= c["swap_in"]
+
+
+def test_host_admission_limit_caps_cpu_owned_requests_at_prefill_to_cpu():
+    seen = []
+
+    def cpu_owned(sim):
+        seen.append(len(sim.st.cpu_running) + len(sim.st.cpu_waiting))
+
+    wl = workload([0.0] * 12, [500] * 12, [30] * 12)
+    s = Sim(wl, dict(FAST, num_gpu_blocks_override=40, host_admission_limit=3,
+                     cpu_batch_limit=8, assist_p=16, assist_f=8), check=cpu_owned)
+    assert s.table.num_finished == 12 and s.gpu.counts["prefill_to_cpu"] >= 4
+    assert max(seen) == 3          # never more than 3 CPU-owned (no swap-outs here)
+    assert s.gpu.counts["swap_out"] == 0

@@ -35,7 +35,10 @@ class DualPaceConfig:
     max_num_seqs: int | None = None   # GPU row limit; None: vLLM 0.22.1's default for the GPU
     gpu_memory_utilization: float = 0.92   # as the vLLM 0.22.1 baseline
     staging_tokens: int | None = None  # Prefill-to-CPU GPU staging per round; None: hard limit
-    host_admission_limit: int | None = None  # max Prefill-to-CPU admits per round (None: Eq. 2 only)
+    # "host decode-admission limit" of App. A.1 step 5, read as a cap on CPU-owned requests
+    # (running + waiting) for Prefill-to-CPU admission; the paper gives no value: None = Eq. 2
+    # only (e.g. set it to the CPU batch limit to keep the host backlog within one CPU batch)
+    host_admission_limit: int | None = None
     block_size: int = 16
     tp: int | None = None             # GPU TP degree; None: all GPUs (one GPU engine, §6.1)
     cuda_graphs: bool = True

@@ -161,7 +161,8 @@ def plan_round(eng) -> Plan:
             cpu_growth=host_growth, cpu_capacity=hcap,
             prompt_tokens=None if chunked else pr.tolist(),
             max_rows=eng.max_seqs - rows, max_tokens=None if chunked else left,
-            max_cpu_admits=eng.cfg.host_admission_limit)
+            max_cpu_admits=None if eng.cfg.host_admission_limit is None else max(
+                eng.cfg.host_admission_limit - len(st.cpu_running) - len(st.cpu_waiting), 0))
         staged = sum(plan.chunks[r] for r in plan.to_cpu)
         for r, d, p in zip(cand, res.dest, pr.tolist()):
             n = min(p, left) if chunked else p
