@@ -80,13 +80,13 @@ class CpuBatchExecutor:
         a_r = cpu.copy_us(two_rows)
         layer_local = (s["pre_attention"] + s["attention"] + a_w) * 1e-6
         post_attn = self.gpu_post_attention_s(b)
-        yield env.timeout(s["pre_layer"] * 1e-6)
+        carry = s["pre_layer"] * 1e-6          # CPU work before the next assist (one event)
         for j in range(N):
-            yield env.timeout(layer_local)
+            yield env.timeout(carry + layer_local)
             if j < N - 1:
                 yield self.worker.submit(Assist(env, "post_attention", two_rows, post_attn,
                                                 two_rows))
-                yield env.timeout(a_r * 1e-6)
+                carry = a_r * 1e-6              # read the result, then the next layer
             else:
                 yield self.worker.submit(Assist(env, "fused_final", two_rows,
                                                 post_attn + self.gpu_post_layer_s(b), b * 4))
