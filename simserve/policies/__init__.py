@@ -12,6 +12,7 @@ from simserve.errors import ConfigError, did_you_mean
 # name -> module that registers it (imported lazily so one policy never imports another)
 _MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sarathi",
             "neo": "simserve.policies.neo",
+            "dualpace": "simserve.policies.dualpace.engine",
             "conflux": "simserve.policies.conflux.policy",
             "loongserve": "simserve.policies.loongserve",
             "chunked": "simserve.policies.chunked_baseline",

@@ -1,6 +1,16 @@
-"""DualPace's scheduling pieces as pure functions (policies.md §8): the KV safety envelope of
-Eq. 2–4 and FIFO prefill placement (`envelope`).
+"""Policy `dualpace` (DualPace, shared/seeds/dualpace.txt §4, App. A–B; policies.md §8).
 
-No policy is registered here yet: the SimPy GPU and CPU engines that drive these functions
-come later.
+Modules, and the paper step each holds:
+- `config`: the YAML parameters, with defaults and where each came from (§4.3, §6).
+- `engine`: `build` — pools, cost models, profile-derived controls (§4.3: GPU batched-token
+  limit, CPU decode batch limit, Dense Assist thresholds by Algorithm 1), the processes.
+- `state`: what the engines share (App. A): ownership, readiness, swap-in marks, host blocks,
+  finish peaks b̂, the published B_migration, the CPU queues.
+- `envelope`: Eq. 2–4 and FIFO prefill placement as pure functions.
+- `gpu_schedule`: GPU round steps 2–6 (App. A.1); `gpu_engine`: steps 1 and 7, Prefill-to-CPU
+  per-layer copies, swap-out / swap-in transfers.
+- `gpu_worker`: GPU-main batches as stages with Dense Assist served at stage boundaries
+  (§4.2, §5), or whole-forward when C ≤ F.
+- `cpu_engine`: the CPU round's five steps (App. A.2); `assist`: the three routes of Eq. 5 for
+  one CPU batch and the App. B threshold fit.
 """

@@ -1,0 +1,113 @@
+"""DualPace's CPU engine (App. A.2): its own queues and clock over host-resident requests.
+
+Each round: (1) snapshot host KV use, the batch limit C, the token limit and the latest
+B_migration; (2) keep the running frontier FIFO while rows, tokens and the envelope
+(used + Σ(b̂ − b) of the kept + B_migration ≤ capacity) allow — requests marked for swap-in
+are yielded to the front of the waiting queue, the unscheduled suffix too, and if anything
+moved no waiting request is admitted; (3) otherwise admit the ready FIFO prefix of the waiting
+queue (finished entries dropped, stop at the first unready one); (4) with nothing selected,
+wait on the head's readiness (never skip it) or for the GPU engine to change something;
+(5) allocate next-token host blocks only, run one batch (`CpuBatchExecutor`), apply tokens.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.policies.dualpace.state import CPU, NONE, SharedState
+
+
+class CpuEngine:
+    index = 1
+
+    def __init__(self, ctx, st: SharedState, executor, batch_limit: int, token_limit: int):
+        self.ctx, self.st, self.ex = ctx, st, executor
+        self.C = batch_limit
+        self.token_limit = token_limit
+        self.pool = st.host_pool            # run.py reports its peak / end use
+        self.gpu_poke = None                # set by build: wakes the GPU engine
+        self.num_batches = 0
+        self.busy_s = 0.0
+
+    def _select(self) -> list[int]:
+        st, t = self.st, self.ctx.table
+        pool = st.host_pool
+        room = pool.num_blocks - pool.num_used - st.migration_reserve      # step 1
+        rows = min(self.C, self.token_limit)
+        # step 2: the running frontier
+        marked = [r for r in st.cpu_running if st.marked[r]]
+        keep_c = [r for r in st.cpu_running if not st.marked[r]]
+        sel: list[int] = []
+        if keep_c:
+            ids = np.asarray(keep_c)
+            need = np.cumsum(np.maximum(st.peak[ids] - st.host_blocks[ids], 0))
+            n = int(min(np.searchsorted(need, room, "right"), rows))
+            sel = keep_c[:n]
+            suffix = keep_c[n:]
+        else:
+            suffix = []
+        moved = marked + suffix
+        if moved:
+            st.cpu_waiting.extendleft(reversed(moved))
+            st.cpu_running = sel
+            return sel
+        # step 3: the ready waiting prefix
+        used = int(np.maximum(st.peak[sel] - st.host_blocks[sel], 0).sum()) if sel else 0
+        w = st.cpu_waiting
+        while w and len(sel) < rows:
+            r = w[0]
+            if t.generated[r] >= t.output[r]:
+                w.popleft()                 # finished entries are removed
+                continue
+            if not st.ready[r]:
+                break
+            g = max(int(st.peak[r] - st.host_blocks[r]), 0)
+            if used + g > room:
+                break
+            used += g
+            w.popleft()
+            sel.append(r)
+        st.cpu_running = sel
+        return sel
+
+    def run(self):
+        env, st, t = self.ctx.env, self.st, self.ctx.table
+        bs = st.host_pool.block_size
+        while True:
+            sel = self._select()
+            if self.gpu_poke is not None:
+                self.gpu_poke()
+            if not sel:                                  # step 4
+                w = st.cpu_waiting
+                wake = st.cpu_wait_event()
+                if w and not st.ready[w[0]] and t.generated[w[0]] < t.output[w[0]]:
+                    yield st.ready_event(w[0]) | wake
+                else:
+                    yield wake
+                continue
+            ids = np.asarray(sel, dtype=np.int64)        # step 5
+            if np.any(st.owner[ids] != CPU):
+                raise RuntimeError("CPU engine: batch holds a request it does not own")
+            nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - st.host_blocks[ids], 0)
+            st.host_pool.allocate(int(nb.sum()))
+            st.host_blocks[ids] += nb
+            ctx_sum = int((t.computed[ids] + 1).sum())
+            t0 = env.now
+            yield env.process(self.ex.run(len(ids), ctx_sum))
+            self.busy_s += env.now - t0
+            self.num_batches += 1
+            self.ctx.recorder.num_iterations += 1
+            if st.log is not None:
+                st.log.append((t0, env.now, "cpu", ids.copy()))
+            t.computed[ids] += 1
+            done = t.emit(ids, env.now, on_cpu=True)
+            if len(done):
+                st.host_pool.free(int(st.host_blocks[done].sum()))
+                st.host_blocks[done] = 0
+                st.owner[done] = NONE
+                st.marked[done] = False
+                gone = set(done.tolist())
+                st.cpu_running = [r for r in st.cpu_running if r not in gone]
+            self.ctx.recorder.sample(env.now, self.index, len(st.cpu_running),
+                                     len(st.cpu_waiting), st.host_pool.num_used, t.num_emitted)
+            if self.gpu_poke is not None:
+                self.gpu_poke()

@@ -1,0 +1,220 @@
+"""DualPace's GPU engine (App. A.1): owns prefills and GPU-resident decodes.
+
+Each round: (1) wait for the previous Prefill-to-CPU copy group to drain (copies retire
+themselves: a request becomes CPU-ready only after its last layer's copy); (2–6) plan
+(`gpu_schedule.plan_round`); (7) commit — swap-outs allocate the host destination, copy the
+KV D2H over PCIe, then release HBM; swap-ins allocate HBM, copy H2D, then release the host;
+both finish before the forward pass — then run at most one GPU-main batch on the `GpuWorker`
+and apply its tokens. Prefill-to-CPU KV is copied layer by layer as each layer finishes.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from simserve.cost import BatchShape
+from simserve.policies.dualpace.gpu_schedule import plan_round
+from simserve.policies.dualpace.gpu_worker import MainRun
+from simserve.policies.dualpace.state import CPU, GPU, MIGRATING, NONE, SharedState
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class GpuEngine:
+    index = 0
+
+    def __init__(self, ctx, cfg, st: SharedState, worker, cost, *, max_seqs: int,
+                 token_limit: int, hard_limit: int, staging_tokens: int, poll_s: float,
+                 tp: int = 1):
+        self.ctx, self.cfg, self.st, self.worker, self.cost = ctx, cfg, st, worker, cost
+        self.pool = st.gpu_pool
+        self.max_seqs, self.token_limit, self.hard_limit = max_seqs, token_limit, hard_limit
+        self.staging_tokens = staging_tokens
+        self.poll_s = poll_s
+        self.N = ctx.model.num_layers
+        self.kv_bytes_token = ctx.model.kv_bytes_per_token_per_rank(tp)  # per GPU rank
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.marks: list[int] = []
+        self.copy_done = None
+        self.dest = np.zeros(ctx.table.n, dtype=np.int8)   # residency chosen at admission
+        self._wake = None
+        self.counts = dict(swap_out=0, swap_in=0, prefill_to_gpu=0, prefill_to_cpu=0, marks=0,
+                           migration_only_rounds=0, rounds=0)
+        self.p2c_copy_bytes = 0
+
+    def enqueue(self, rid: int) -> None:
+        self.st.owner[rid] = GPU
+        self.waiting.append(rid)
+        self.poke()
+
+    def poke(self) -> None:
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    # -- the engine process ---------------------------------------------------------------
+    def run(self):
+        env = self.ctx.env
+        while True:
+            if self.copy_done is not None:                      # step 1
+                yield self.copy_done
+                self.copy_done = None
+            plan = plan_round(self)
+            if plan.empty:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            self.counts["rounds"] += 1
+            yield from self._commit(plan)
+            if plan.has_forward:
+                yield from self._forward(plan)
+            elif plan.migration_only:
+                self.counts["migration_only_rounds"] += 1
+            self.st.poke_cpu()
+
+    # -- step 7: commit migrations and admissions ------------------------------------------
+    def _commit(self, plan):
+        st, t = self.st, self.ctx.table
+        bs = self.pool.block_size
+        ch = self.ctx.cluster.gpus[0]
+        new_cpu = [r for r in plan.to_cpu if t.computed[r] == 0]
+        if new_cpu and not plan.migration_only:
+            # B_planned made visible at once: the CPU engine may run a round during the
+            # migrations below, and must see these persistent host blocks as used
+            c = np.asarray(new_cpu, dtype=np.int64)
+            self.dest[c] = CPU
+            hb = -(-t.prompt[c] // bs)
+            st.host_pool.allocate(int(hb.sum()))
+            st.host_blocks[c] = hb
+            st.owner[c] = MIGRATING
+            st.cpu_waiting.extend(new_cpu)             # unready until the last layer's copy
+            self.counts["prefill_to_cpu"] += len(c)
+        if plan.victims:
+            v = np.asarray(plan.victims, dtype=np.int64)
+            hb = -(-t.computed[v] // bs)
+            st.host_pool.allocate(int(hb.sum()))      # host destination before release
+            st.host_blocks[v] = hb
+            st.owner[v] = MIGRATING
+            gone = set(plan.victims)
+            self.running = [r for r in self.running if r not in gone]
+            yield from ch.d2h.transfer(float(t.computed[v].sum()) * self.kv_bytes_token)
+            self.pool.free(int(t.blocks[v].sum()))
+            t.blocks[v] = 0
+            st.owner[v] = CPU
+            st.cpu_waiting.extend(plan.victims)
+            st.set_ready(v)
+            self.counts["swap_out"] += len(v)
+        if plan.swap_in:
+            s = np.asarray(plan.swap_in, dtype=np.int64)
+            chosen = set(plan.swap_in)
+            st.cpu_waiting = deque(r for r in st.cpu_waiting if r not in chosen)
+            gb = -(-t.computed[s] // bs)
+            self.pool.allocate(int(gb.sum()))          # HBM destination before release
+            t.blocks[s] = gb
+            st.owner[s] = MIGRATING
+            yield from ch.h2d.transfer(float(t.computed[s].sum()) * self.kv_bytes_token)
+            st.host_pool.free(int(st.host_blocks[s].sum()))
+            st.host_blocks[s] = 0
+            st.owner[s] = GPU
+            st.marked[s] = False
+            self.running[:0] = plan.swap_in        # finish-peak admitted: head of Q_G
+            self.counts["swap_in"] += len(s)
+        for r in plan.marks:
+            st.marked[r] = True
+            self.marks.append(r)
+        self.counts["marks"] += len(plan.marks)
+
+    # -- one GPU-main batch ----------------------------------------------------------------
+    def _forward(self, plan):
+        env, st, t = self.ctx.env, self.st, self.ctx.table
+        bs = self.pool.block_size
+        dec = np.asarray(plan.decodes + plan.swap_in, dtype=np.int64)
+        nb = np.maximum(-(-(t.computed[dec] + 1) // bs) - t.blocks[dec], 0)
+        self.pool.allocate(int(nb.sum()))
+        t.blocks[dec] += nb
+        g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
+        if len(g):                                     # persistent HBM for the whole prompt
+            gb = -(-t.prompt[g] // bs)
+            self.pool.allocate(int(gb.sum()))
+            t.blocks[g] = gb
+            self.dest[g] = GPU
+            self.counts["prefill_to_gpu"] += len(g)
+        c = np.asarray(plan.to_cpu, dtype=np.int64)
+        pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
+        if np.any(st.owner[dec] != GPU):
+            raise RuntimeError("GPU engine: batch holds a decode it does not own")
+        chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
+        ctx0 = t.computed[pre_ids]
+        last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]     # these sample a first token
+        shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
+                           prefill_ctx=ctx0, num_decodes=len(dec),
+                           decode_ctx_sum=int((t.computed[dec] + 1).sum()),
+                           num_sample_rows=len(dec) + len(last), decode_ctx=t.computed[dec] + 1)
+        run = self._main_run(shape)
+        if len(c):
+            nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
+            run.on_start = lambda: self._start_copies(run, c, nbytes)
+        run.applied = env.event()
+        t0 = env.now
+        yield env.process(self.worker.run_main(run))
+        if st.log is not None:
+            st.log.append((run.start, env.now, "gpu", np.concatenate((dec, pre_ids))))
+        t.computed[dec] += 1
+        t.computed[pre_ids] += chunks
+        while self.waiting and t.computed[self.waiting[0]] >= t.prompt[self.waiting[0]]:
+            self.waiting.popleft()                     # prefilled prompts leave the queue
+        done = t.emit(np.concatenate((dec, last)), env.now)
+        self.running.extend(r for r in last.tolist() if self.dest[r] == GPU)
+        if len(done):
+            on_gpu = done[st.owner[done] == GPU]
+            self.pool.free(int(t.blocks[on_gpu].sum()))
+            t.blocks[on_gpu] = 0
+            st.owner[on_gpu] = NONE
+            gone = set(on_gpu.tolist())
+            self.running = [r for r in self.running if r not in gone]
+        del t0
+        run.applied.succeed()
+        self.ctx.recorder.num_iterations += 1
+        self.ctx.recorder.sample(env.now, self.index, len(self.running), len(self.waiting),
+                                 self.pool.num_used, t.num_emitted)
+
+    def _main_run(self, shape: BatchShape) -> MainRun:
+        """Split the whole-forward time into pre-layer (host overheads), N equal layers and
+        the post-layer (LM head); staged execution adds the empty-poll cost per layer."""
+        cm = self.cost
+        total = cm.step_s(shape)
+        seqs = shape.num_prefills + shape.num_decodes
+        pre = (cm.iter_us + cm.per_seq_us * seqs) * 1e-6
+        post = float(cm.ops.lm_head(shape.num_sample_rows)) * 1e-6
+        layer = max(total - pre - post, 0.0) / self.N
+        if self.worker.staged:
+            layer += self.poll_s
+        return MainRun(self.ctx.env.now, pre, layer, post, self.N)
+
+    def _start_copies(self, run: MainRun, ids: np.ndarray, nbytes_layer: float):
+        self.copy_done = self.ctx.env.process(self._copies(run, ids, nbytes_layer))
+
+    def _copies(self, run: MainRun, ids: np.ndarray, nbytes_layer: float):
+        """Prefill-to-CPU: layer j's K/V go D2H once layer j has run; ready after the last."""
+        env, st, t = self.ctx.env, self.st, self.ctx.table
+        d2h = self.ctx.cluster.gpus[0].d2h
+        for j in range(self.N):
+            while True:
+                te = run.layer_end(j, env.now)
+                if te <= env.now:
+                    break
+                yield env.timeout(te - env.now)
+            yield from d2h.transfer(nbytes_layer)
+            self.p2c_copy_bytes += int(nbytes_layer)
+        if not run.applied.triggered:           # the batch's tokens are applied at its end
+            yield run.applied
+        fin = ids[t.generated[ids] >= t.output[ids]]
+        if len(fin):
+            st.host_pool.free(int(st.host_blocks[fin].sum()))
+            st.host_blocks[fin] = 0
+            st.owner[fin] = NONE
+        live = ids[(t.generated[ids] < t.output[ids]) & (t.computed[ids] >= t.prompt[ids])]
+        st.owner[live] = CPU
+        st.set_ready(live)
