@@ -12,6 +12,8 @@ variable-length attention call as prefill chunks instead of their own decode ker
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from simserve.hardware.functions import Affine, Curve, Grid
@@ -89,12 +91,25 @@ class SplitImbalance:
         split = -(-(-(-m // s)) // self.block) * self.block
         return np.minimum(m, split)
 
+    def _longest1(self, batch: int, m: int) -> int:
+        s = max(1, min(-(-self.target // (batch * self.kv_heads)), -(-m // self.min_split)))
+        return min(m, -(-(-(-m // s)) // self.block) * self.block)
+
     def factor(self, batch: int, ctx_sum, ctx_max, base_us):
+        if not np.ndim(ctx_sum) and not np.ndim(ctx_max):  # one step: plain Python numbers,
+            eq = -(-int(ctx_sum) // batch)                 # the same IEEE operations as below
+            if int(ctx_max) <= eq:
+                return 1.0
+            scale = 1.0 / (self.rate * max(float(base_us), 1e-9))
+            x = self._longest1(batch, int(ctx_max)) * scale
+            xe = self._longest1(batch, eq) * scale
+            return math.sqrt(1.0 + x * x) / math.sqrt(1.0 + xe * xe)
         eq = -(-np.asarray(ctx_sum, dtype=np.int64) // batch)
         scale = 1.0 / (self.rate * np.maximum(base_us, 1e-9))
         x = self.longest(batch, ctx_max) * scale
         xe = self.longest(batch, eq) * scale
-        return np.sqrt(1.0 + x * x) / np.sqrt(1.0 + xe * xe)
+        f = np.sqrt(1.0 + x * x) / np.sqrt(1.0 + xe * xe)
+        return np.where(np.asarray(ctx_max) <= eq, 1.0, f)
 
 
 class DecodeGrid:
