@@ -1,4 +1,4 @@
-"""ConfluxServe Fig. 14b (SP degree scaling) and Fig. 15 (waterfill vs even dispatch; decode
+"""ConfluxServe Fig. 13 (component ablation), Fig. 14b (SP degree scaling) and Fig. 15 (waterfill vs even dispatch; decode
 placement skew), Qwen3-14B on H100s, ours beside the paper's.
 
     python benchmarks/conflux_ablations.py [--skip-14b]
@@ -48,6 +48,42 @@ def fig14b(hw) -> None:
         print(f"  N={n}: {ttft:6.2f} s  speedup {base / ttft:5.2f}x {p}")
 
 
+def _ttft_beside_decodes(hw, prompt: int, policy: str, params: dict, nd: int) -> float:
+    """TTFT of one `prompt`-token request arriving once `nd` 8K-context decodes all run."""
+    def run(start):
+        w = Workload(np.concatenate([np.zeros(nd), [start]]),
+                     np.concatenate([np.full(nd, 8192), [prompt]]).astype(np.int64),
+                     np.concatenate([np.full(nd, 3000), [1]]).astype(np.int64), name="f13")
+        return simulate_point(w, MODEL, hw, policy, **params)
+    probe = run(1e6)
+    start = float(np.nanmax(probe.records.first_token_s[:nd])) + 0.5
+    return float(run(start).records.first_token_s[nd]) - start
+
+
+def fig13(hw) -> None:
+    """Fig. 13: components removed one after another, 4 GPUs, 24 decodes/GPU at 8K, 100 ms:
+    attention overlap (prefill and decode attention run back to back), then phase-specific
+    parallelism (TP4 for everything), then co-batching (prefill and decode iterations
+    alternate under TP4: `loongserve` on one TP4 instance, prefill iterations capped by the
+    TBT)."""
+    print("Fig. 13: 24 decodes/GPU at 8K, 100 ms TBT; prefill TTFT slowdown as components go")
+    h = dataclasses.replace(hw, num_gpus=4)
+    paper = {8192: (1.07, 1.13, 1.23), 32000: (1.11, 1.16, 1.34)}
+    steps = [("Conflux Parallelism", "conflux", dict(scheduler="fcfs", tbt_ms=100.0)),
+             ("- attention overlap", "conflux", dict(scheduler="fcfs", tbt_ms=100.0, overlap=False)),
+             ("- phase-specific parallelism", "conflux",
+              dict(scheduler="fcfs", tbt_ms=100.0, overlap=False, tp=4)),
+             ("- co-batching", "loongserve",
+              dict(scheduler="fcfs", tp=4, max_wait_tokens=1, tbt_ms=100.0))]
+    for prompt in (8192, 32000):
+        base = None
+        for k, (label, pol, params) in enumerate(steps):
+            t = _ttft_beside_decodes(h, prompt, pol, params, 96)
+            base = base or t
+            p = f"(paper {paper[prompt][k - 1]:.2f}x)" if k else ""
+            print(f"  {prompt:5d}-token prefill, {label:30s} TTFT {t:6.3f} s  {t / base:5.2f}x {p}")
+
+
 def _regions(cost: SpCostModel, n_p, n_d, dctx, chunk: int):
     lin = max(cost.base.dense_layer_us(int(p + d)) for p, d in zip(n_p, n_d))
     t_p = cost.prefill_path_us(int(max(n_p)), np.array([chunk]), np.array([0]))
@@ -90,6 +126,7 @@ def main(argv=None) -> int:
     hw = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
     fig15(hw)
     if not a.skip_14b:
+        fig13(hw)
         fig14b(hw)
     return 0
 

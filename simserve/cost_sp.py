@@ -43,7 +43,7 @@ class SpCostModel:
     def __init__(self, model: ModelSpec, gpu: HardwareProfile, nvlink: HardwareProfile | None,
                  ranks: int, tp: int = 1, alpha: float = PAPER_CONTENTION,
                  beta: float = PAPER_CONTENTION, cuda_graphs: bool = True,
-                 table_tokens: int = 16384):
+                 table_tokens: int = 16384, overlap: bool = True):
         if ranks < 1:
             raise ValueError(f"ranks: expected a positive integer, got {ranks!r}")
         if alpha < 1 or beta < 1:
@@ -53,6 +53,7 @@ class SpCostModel:
         model.check_tp(tp * ranks)  # heads must split over every GPU of the SP group
         self.model, self.R, self.tp = model, ranks, tp
         self.alpha, self.beta = float(alpha), float(beta)
+        self.overlap = bool(overlap)  # False: prefill and decode attention run back to back
         self.base = GpuCostModel(model, gpu, tp, nvlink, cuda_graphs, table_tokens=table_tokens)
         self.num_layers = model.num_layers
         self.sp_prefill_attn = gpu.ops(model.name, tp * ranks).prefill_attn.us
@@ -102,6 +103,8 @@ class SpCostModel:
             return 0.0 if t_d is None else t_d
         if t_d is None:
             return t_p
+        if not self.overlap:
+            return t_p + t_d
         return min(max(self.beta * t_p, self.alpha * t_d), t_p + t_d)
 
     # -- whole iterations (s) ----------------------------------------------------------------

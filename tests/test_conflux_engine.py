@@ -218,3 +218,17 @@ def test_instances_and_base_tp_layouts_finish_and_free_kv(layout):
     assert len(res.stats["peak_kv_blocks"]) == ranks
     assert max(res.stats["peak_kv_blocks"]) <= 1400
     assert res.stats["kv_blocks_in_use_at_end"] == [0] * ranks
+
+
+def test_without_overlap_the_split_attention_region_is_the_sum_of_both_paths():
+    """Fig. 13's first ablation: prefill and decode attention back to back, in the cost model
+    and in the estimator that dispatches against it."""
+    on = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4)
+    off = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, overlap=False)
+    assert on.split_attention_us(3.0, 2.0) == pytest.approx(max(3.0 * on.beta, 2.0 * on.alpha))
+    assert off.split_attention_us(3.0, 2.0) == 5.0
+    from simserve.policies.conflux.fit import fit_from_cost
+    est = fit_from_cost(off, off.alpha, off.beta)
+    e_off = dataclasses.replace(est, overlap=False)
+    args = ([2000, 2000, 2000, 2000], [24] * 4, [24 * 8192] * 4, [(8000, 0)])
+    assert e_off.iteration_time(*args) > est.iteration_time(*args)

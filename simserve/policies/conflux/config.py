@@ -24,6 +24,9 @@ class ConfluxConfig:
     tbt_ms: float = 100.0            # τ: the TBT budget every iteration is dispatched against
     alpha: float = PAPER_CONTENTION  # contention factors (cost_sp.py: from Fig. 14a)
     beta: float = PAPER_CONTENTION
+    # the split attention region overlaps prefill and decode attention (max of the two paths);
+    # False runs them one after the other (their sum): Fig. 13's first ablation
+    overlap: bool = True
     eta: float = DEFAULT_ETA         # dual-mode placement threshold (not given by the paper)
     headroom: float = DEFAULT_HEADROOM
     quantum: int = DEFAULT_QUANTUM   # water-level alignment q

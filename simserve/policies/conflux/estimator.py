@@ -45,6 +45,7 @@ class ConfluxEstimator:
     alpha: float = 1.0
     beta: float = 1.0
     num_layers: int = 1
+    overlap: bool = True  # False: T_P + T_D instead of max(β·T_P, α·T_D) (Fig. 13 ablation)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -75,7 +76,10 @@ class ConfluxEstimator:
                    + self.a_p * prefill_work_sum / num_ranks + self.a_p0)
             attn = self.beta * t_p
         if t_d is not None:
-            attn = max(attn, self.alpha * t_d)
+            if not self.overlap:
+                attn = attn / self.beta + t_d
+            else:
+                attn = max(attn, self.alpha * t_d)
         return self.num_layers * (t_gemm + attn)
 
     def iteration_time(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],

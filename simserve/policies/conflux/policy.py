@@ -6,6 +6,8 @@ hardware, so per-rank work is work relative to processing capacity); ties go to 
 """
 from __future__ import annotations
 
+import dataclasses
+
 from simserve.cost_sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
@@ -23,10 +25,13 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
     R = instance_layout(hw.num_gpus, cfg.instances, cfg.tp, "conflux")
     try:
         cost = SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, cfg.alpha, cfg.beta,
-                           cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank)
+                           cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank,
+                           overlap=cfg.overlap)
     except ValueError as exc:
         raise ConfigError(f"policy conflux: {exc}") from None
     est = fit_from_cost(cost, cfg.alpha, cfg.beta, cfg.max_tokens_per_rank, cfg.quantum)
+    if not cfg.overlap:
+        est = dataclasses.replace(est, overlap=False)
     kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
                        cfg.block_size, cfg.max_tokens_per_rank, 1024, cuda_graphs=cfg.cuda_graphs)
     blocks = cfg.num_gpu_blocks_override or kv.num_blocks
