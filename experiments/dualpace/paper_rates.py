@@ -64,7 +64,8 @@ def report(stem: str, out: Path) -> None:
 
 
 def fig1(rate: float, requests: int | None) -> None:
-    """Fig. 1 top: cumulative generated and CPU-decoded tokens over time at one rate."""
+    """Fig. 1 top: cumulative generated and CPU-decoded tokens over time at one rate, for
+    vLLM, NEO and DualPace; prints a table and draws plots/fig1-progress.png."""
     import numpy as np
 
     from simserve.experiment.config import load_experiment
@@ -72,19 +73,39 @@ def fig1(rate: float, requests: int | None) -> None:
     from simserve.hardware.setup import resolve_hardware
     from simserve.progress import cpu_progress_stalls, token_progress
     from simserve.sim.run import simulate_point
-    sets = ["policies=[{name: dualpace}]", f"workload.rates=[{rate}]"]
+    sets = ["policies=[{name: vllm}, {name: neo}, {name: dualpace}]", f"workload.rates=[{rate}]"]
     if requests:
         sets.append(f"workload.num_requests={requests}")
     cfg = load_experiment(HERE / "fig01-progress-llama8b-rtx4090.yaml", sets)
-    res = simulate_point(make_workload(cfg, rate, 0), cfg.model, resolve_hardware(cfg.hardware),
-                         "dualpace", cfg.policies[0].config)
-    end = float(np.nanmax(res.records.token_times_s))
-    p = token_progress(res.records, np.linspace(0, end, 11))
-    print(f"Fig. 1 (dualpace, {rate} req/s): time s / total tokens / CPU-decoded tokens")
-    for t, a, c in zip(p["t_s"], p["tokens_total"], p["tokens_cpu"]):
-        print(f"  {t:8.1f} {a:9d} {c:9d}")
-    st = cpu_progress_stalls(res.records, 2.0)
-    print(f"  CPU-token gaps > 2 s: {len(st)} (longest {st.max() if len(st) else 0:.2f} s)")
+    hw = resolve_hardware(cfg.hardware)
+    curves = {}
+    for pol in cfg.policies:
+        res = simulate_point(make_workload(cfg, rate, 0), cfg.model, hw, pol.name, pol.config)
+        end = float(np.nanmax(res.records.token_times_s))
+        curves[pol.name] = token_progress(res.records, np.linspace(0, end, 200))
+        p = token_progress(res.records, np.linspace(0, end, 11))
+        print(f"Fig. 1 ({pol.name}, {rate} req/s): time s / total tokens / CPU-decoded tokens")
+        for t, a, c in zip(p["t_s"], p["tokens_total"], p["tokens_cpu"]):
+            print(f"  {t:8.1f} {a:9d} {c:9d}")
+        st = cpu_progress_stalls(res.records, 2.0)
+        print(f"  CPU-token gaps > 2 s: {len(st)} (longest {st.max() if len(st) else 0:.2f} s)")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, c in curves.items():
+        line, = ax.plot(c["t_s"], c["tokens_total"], label=f"{name}: all tokens")
+        if c["tokens_cpu"].any():
+            ax.plot(c["t_s"], c["tokens_cpu"], "--", color=line.get_color(),
+                    label=f"{name}: CPU-decoded tokens")
+    ax.set(xlabel="time (s)", ylabel="cumulative tokens",
+           title=f"Llama-3.1-8B, RTX 4090 + 12 cores, Azure-Conversation, {rate} req/s")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = HERE / "plots"
+    out.mkdir(exist_ok=True)
+    fig.savefig(out / "fig1-progress.png", dpi=110)
+    print(f"plot: {out / 'fig1-progress.png'}")
 
 
 def main() -> int:
