@@ -116,6 +116,7 @@ class CpuCostModel:
                                                 ln.get("latency_us", self.gloo_latency_us)))
         self.decode_attn = self.ops.decode_attn.us
         self._situ = cpu_profile.overheads.get("in_situ")
+        self._situ_at: dict[int, float] = {}  # factor by decode batch, computed once each
 
     # -- pieces ---------------------------------------------------------------------------
     def copy_us(self, nbytes: float) -> float:
@@ -191,7 +192,10 @@ class CpuCostModel:
         b: the profile's `overheads.in_situ` (`simserve validate fit`), 1 without one."""
         if self._situ is None:
             return 1.0
-        return float(in_situ_factor(self._situ, np.array([b]))[0])
+        f = self._situ_at.get(b)
+        if f is None:
+            f = self._situ_at[b] = float(in_situ_factor(self._situ, np.array([b]))[0])
+        return f
 
     def iteration_s(self, b: int, ctx_sum):
         """One CPU decode iteration in seconds; `ctx_sum` may be an array (same floats as the

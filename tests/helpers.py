@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.workload.spec import Workload
@@ -13,3 +14,23 @@ H200 = resolve_hardware(HardwareConfig(gpu="h200-sxm"))
 def workload(arrival, prompt, output) -> Workload:
     return Workload(np.asarray(arrival, dtype=np.float64), np.asarray(prompt, dtype=np.int64),
                     np.asarray(output, dtype=np.int64), name="test")
+
+
+@st.composite
+def requests(draw, max_n: int, max_prompt: int, max_output: int, max_gap: float = 0.3):
+    """Random small workloads for property tests: (workload, prompts, outputs, KV blocks of
+    16 tokens that the largest request needs)."""
+    n = draw(st.integers(1, max_n))
+    prompt = draw(st.lists(st.integers(1, max_prompt), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, max_output), min_size=n, max_size=n))
+    arrival = np.cumsum(draw(st.lists(st.floats(0.0, max_gap), min_size=n, max_size=n)))
+    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
+    return workload(arrival, prompt, output), prompt, output, need
+
+
+def assert_every_token_in_order(records, w: Workload) -> None:
+    """Every request got all its tokens, none missing, strictly after it arrived, in order."""
+    for i in range(w.num_requests):
+        tt = records.token_times(i)
+        assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
+        assert np.all(np.diff(tt) > 0) and tt[0] > w.arrival_s[i]

@@ -11,7 +11,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.policies.queues import SrptQueue
 from simserve.sim.requests import RequestTable
 from simserve.sim.run import simulate_point
-from tests.helpers import H100, workload
+from tests.helpers import H100, assert_every_token_in_order, requests, workload
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 
@@ -57,12 +57,8 @@ def test_bad_scheduler_names_the_field():
 
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 25))
-    prompt = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
-    arrival = np.cumsum(draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n)))
-    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
-    return workload(arrival, prompt, output), dict(
+    w, prompt, output, need = draw(requests(25, 3000, 150, 0.3))
+    return w, dict(
         num_gpu_blocks_override=draw(st.integers(need, 3 * need)),
         max_num_batched_tokens=draw(st.sampled_from([64, 512, 2048])),
         max_num_seqs=draw(st.sampled_from([2, 64])), scheduler="srpt", tp=1)
@@ -76,9 +72,6 @@ def test_srpt_finishes_everything_within_the_pool_and_leaps_exactly(sc):
     assert res.stats["peak_kv_blocks"][0] <= params["num_gpu_blocks_override"]
     assert res.stats["kv_blocks_in_use_at_end"] == [0]
     rec = res.records
-    for i in range(w.num_requests):
-        tt = rec.token_times(i)
-        assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
-        assert np.all(np.diff(tt) >= 0) and tt[0] > rec.arrival_s[i]
+    assert_every_token_in_order(rec, w)
     stepped = simulate_point(w, "llama-3.1-8b", H100, "chunked", leap=False, **params)
     assert np.array_equal(rec.token_times_s, stepped.records.token_times_s)

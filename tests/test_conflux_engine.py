@@ -16,7 +16,7 @@ from simserve.hardware.profile import link_curve
 from simserve.metrics import SLO, request_frame
 from simserve.policies.conflux import engine as conflux_engine
 from simserve.sim.run import simulate_point
-from tests.helpers import workload
+from tests.helpers import assert_every_token_in_order, requests, workload
 from tests.sp_hand import HW4, QWEN14, lone_prefill_s
 
 BIG_TBT = 10_000.0  # ms: lets a whole prompt go in one iteration
@@ -104,14 +104,10 @@ def test_router_spreads_simultaneous_arrivals_over_instances():
 # -- invariants under random load -----------------------------------------------------------------
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 16))
-    prompt = draw(st.lists(st.integers(1, 6000), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 120), min_size=n, max_size=n))
-    gaps = draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n))
-    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
+    w, prompt, output, need = draw(requests(16, 6000, 120, 0.3))
     need = int(need / 0.95) + 2  # whole requests fit one rank below the 5 % placement headroom
     blocks = draw(st.integers(need, need * 3))  # tight per-rank pools
-    return (workload(np.cumsum(gaps), prompt, output),
+    return (w,
             dict(num_gpu_blocks_override=blocks, scheduler=draw(st.sampled_from(["slo", "fcfs"])),
                  tbt_ms=draw(st.sampled_from([50.0, 100.0, 400.0]))))
 
@@ -124,10 +120,7 @@ def test_every_request_finishes_and_kv_stays_within_each_rank(sc):
     assert res.stats["num_finished"] == w.num_requests
     assert max(res.stats["peak_kv_blocks"]) <= params["num_gpu_blocks_override"]
     assert res.stats["kv_blocks_in_use_at_end"] == [0, 0, 0, 0]
-    for i in range(w.num_requests):
-        tt = res.records.token_times(i)
-        assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
-        assert np.all(np.diff(tt) > 0) and tt[0] > w.arrival_s[i]
+    assert_every_token_in_order(res.records, w)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.sim.run import simulate_point
-from tests.helpers import workload
+from tests.helpers import assert_every_token_in_order, requests, workload
 from tests.sp_hand import HW4, QWEN14, lone_prefill_s
 
 
@@ -84,13 +84,9 @@ def test_fcfs_serves_arrival_order_and_srpt_the_shortest(scheduler, first):
 
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 14))
-    prompt = draw(st.lists(st.integers(1, 6000), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 100), min_size=n, max_size=n))
-    gaps = draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n))
-    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
+    w, prompt, output, need = draw(requests(14, 6000, 100, 0.3))
     blocks = draw(st.integers(need + 70, need * 3 + 70))
-    return (workload(np.cumsum(gaps), prompt, output),
+    return (w,
             dict(num_gpu_blocks_override=blocks, scheduler=draw(st.sampled_from(["fcfs", "srpt"])),
                  tbt_ms=draw(st.sampled_from([None, 100.0]))))
 
@@ -103,9 +99,7 @@ def test_every_request_finishes_and_kv_stays_within_each_instance(sc):
     assert res.stats["num_finished"] == w.num_requests
     assert max(res.stats["peak_kv_blocks"]) <= params["num_gpu_blocks_override"]
     assert res.stats["kv_blocks_in_use_at_end"] == [0, 0, 0, 0]
-    for i in range(w.num_requests):
-        tt = res.records.token_times(i)
-        assert len(tt) == w.output_tokens[i] and np.all(np.diff(tt) > 0)
+    assert_every_token_in_order(res.records, w)
 
 
 def test_bad_config_names_the_field():

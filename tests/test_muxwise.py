@@ -13,7 +13,7 @@ from simserve.models import get_model
 from simserve.policies.muxwise.config import CONTENTION_FIG14A, MuxWiseConfig
 from simserve.policies.muxwise.smshare import SmShareCost
 from simserve.sim.run import simulate_point
-from tests.helpers import workload
+from tests.helpers import assert_every_token_in_order, requests, workload
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 MODEL = "llama-3.1-8b"
@@ -97,12 +97,8 @@ def test_prefill_next_to_decode_is_slower_and_decode_meets_tbt():
 
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 25))
-    prompt = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
-    arrival = np.cumsum(draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n)))
-    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
-    return workload(arrival, prompt, output), dict(
+    w, prompt, output, need = draw(requests(25, 3000, 150, 0.3))
+    return w, dict(
         num_gpu_blocks_override=draw(st.integers(need, 3 * need)),
         prefill_max_tokens=draw(st.sampled_from([512, 8192])),
         scheduler=draw(st.sampled_from(["fcfs", "srpt"])),
@@ -117,10 +113,7 @@ def test_every_request_finishes_and_kv_stays_within_the_pool(sc):
     assert res.stats["peak_kv_blocks"][0] <= params["num_gpu_blocks_override"]
     assert res.stats["kv_blocks_in_use_at_end"] == [0]
     rec = res.records
-    for i in range(w.num_requests):
-        tt = rec.token_times(i)
-        assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
-        assert np.all(np.diff(tt) > 0) and tt[0] > rec.arrival_s[i]
+    assert_every_token_in_order(rec, w)
     stepped = simulate_point(w, MODEL, H100X4, "muxwise", leap=False, **params)
     assert np.array_equal(rec.token_times_s, stepped.records.token_times_s)
 

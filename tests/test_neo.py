@@ -22,7 +22,7 @@ from simserve.sim.cluster import Cluster
 from simserve.sim.context import ArrivalSource, Recorder, SimContext
 from simserve.sim.requests import RequestTable
 from simserve.sim.run import simulate_point
-from tests.helpers import workload
+from tests.helpers import assert_every_token_in_order, requests, workload
 
 HW = resolve_hardware(HardwareConfig(gpu="rtx4090", cpu="xeon-silver-4510", cpu_cores=12,
                                      pcie="pcie4-x16"))
@@ -37,14 +37,10 @@ def _neo(w, **params):
 # -- invariants under random workloads and tight pools ------------------------------------
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 25))
-    prompt = draw(st.lists(st.integers(1, 2500), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 150), min_size=n, max_size=n))
-    gaps = draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n))
-    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
+    w, prompt, output, need = draw(requests(25, 2500, 150, 0.3))
     gpu = draw(st.integers(-(-need * 100 // 95) + 1, 4 * need))   # tight: forces the CPU path
     host = gpu + need + draw(st.integers(0, 3 * need))
-    return workload(np.cumsum(gaps), prompt, output), dict(
+    return w, dict(
         num_gpu_blocks_override=gpu, num_cpu_blocks_override=host,
         max_tokens_in_batch=draw(st.sampled_from([max(prompt), 4096, 20480])),
         max_batch_size=draw(st.sampled_from([2, 8, 1024])),
@@ -62,10 +58,7 @@ def test_every_request_finishes_and_both_kv_pools_stay_within_capacity(sc):
     assert neo["host_kv_peak_blocks"] <= params["num_cpu_blocks_override"]
     assert res.stats["kv_blocks_in_use_at_end"] == [0]
     assert neo["host_kv_blocks_in_use_at_end"] == 0 and neo["itm_blocks_in_use_at_end"] == 0
-    for i in range(w.num_requests):
-        tt = rec.token_times(i)
-        assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
-        assert np.all(np.diff(tt) >= 0) and tt[0] > rec.arrival_s[i]
+    assert_every_token_in_order(rec, w)
     first = rec.token_offsets[:-1]
     assert not rec.token_on_cpu[first].any()          # first tokens come from GPU prefills
     if not params["use_cpu"]:

@@ -6,24 +6,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.sim.run import simulate_point
-from tests.helpers import H100, H200, workload
+from tests.helpers import H100, H200, requests, workload
 
 
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 30))
-    prompt = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
-    output = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
-    gaps = draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n))
-    arrival = np.cumsum(gaps)
-    need = max(-(-(p + o) // 16) for p, o in zip(prompt, output))
+    w, prompt, output, need = draw(requests(30, 3000, 200, 0.5))
     blocks = draw(st.integers(need, need * 4))  # tight pools force preemption
     budget = draw(st.sampled_from([64, 256, 512, 2048, 8192]))
     policy = draw(st.sampled_from(["vllm", "sarathi"]))
     max_seqs = draw(st.sampled_from([4, 64, 256]))
     # H200's measured profile adds the unequal-context decode term and the in-situ factor
     hw = draw(st.sampled_from(["h100", "h200"]))
-    return workload(arrival, prompt, output), policy, dict(
+    return w, policy, dict(
         max_num_batched_tokens=budget, num_gpu_blocks_override=blocks, max_num_seqs=max_seqs,
         hw=hw)
 

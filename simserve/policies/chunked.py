@@ -26,6 +26,7 @@ from simserve.errors import ConfigError
 from simserve.policies.chunked_config import ChunkedConfig
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
+from simserve.sim.leap import decode_ends, largest_k, steps_before
 from simserve.sim.memory import gpu_kv_budget
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
@@ -177,7 +178,6 @@ class ChunkedEngine:
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.pool.block_size
         ids = np.asarray(self.running)
-        B = len(ids)
         c = t.computed[ids]
         held = t.blocks[ids]
         kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
@@ -186,23 +186,11 @@ class ChunkedEngine:
             return int(np.maximum(0, -(-(c + k) // bs) - held).sum())
 
         free = self.pool.num_free
-        if new_blocks(kmax) > free:
-            lo, hi = 0, kmax  # largest k with new_blocks(k) <= free
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if new_blocks(mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            kmax = lo
+        kmax = largest_k(kmax, lambda k: new_blocks(k) <= free)
         if kmax < 2:
             return 0
-        steps = np.arange(kmax, dtype=np.int64)
-        S = int((c + 1).sum()) + B * steps
-        d = self.cost.decode_only_s(B, S, int(c.max()) + 1 + steps)
-        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
-        # steps after the first must start before the next arrival could be seen
-        k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        ends = decode_ends(self.cost, self.clock, c, kmax)
+        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
         if k < 2:
             return 0
         self.pool.allocate(new_blocks(k))

@@ -12,6 +12,12 @@ def build_replicas(ctx: SimContext, cfg, engine_cls) -> callable:
     if G % tp:
         raise ConfigError(f"policy {engine_cls.kind}: tp={tp} does not divide num_gpus={G}")
     engines = [engine_cls(ctx, cfg, i, list(range(i * tp, (i + 1) * tp))) for i in range(G // tp)]
+    return start_replicas(ctx, engines, engine_cls.kind)
+
+
+def start_replicas(ctx: SimContext, engines: list, kind: str) -> callable:
+    """Check that one replica's KV pool holds the longest request, start every engine's
+    process, and return the arrival handler (least-loaded replica, lowest index on ties)."""
     t = ctx.table
     if t.n:
         need = int((t.prompt + t.output).max())
@@ -19,9 +25,9 @@ def build_replicas(ctx: SimContext, cfg, engine_cls) -> callable:
         if need > cap:
             num = int(((t.prompt + t.output) > cap).sum())
             raise ConfigError(
-                f"policy {engine_cls.kind}: {num} request(s) need up to {need} tokens of KV but one "
-                f"replica holds {cap} ({engines[0].kv_summary['kv_gib_per_rank']:.2f} GiB per rank);"
-                " cap the workload's context, raise gpu_memory_utilization or the TP degree")
+                f"policy {kind}: {num} request(s) need up to {need} tokens of KV but one replica "
+                f"holds {cap}; cap the workload's context, raise gpu_memory_utilization or the "
+                "TP degree")
     for e in engines:
         ctx.env.process(e.run())
     ctx.stats["engines"] = [dict(e.kv_summary, gpus=e.gpus) for e in engines]

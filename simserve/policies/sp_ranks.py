@@ -17,6 +17,7 @@ import numpy as np
 from simserve.errors import ConfigError
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
+from simserve.sim.leap import largest_k, steps_before
 
 LEAP_CAP = 8192
 
@@ -252,12 +253,7 @@ class SpRanksEngine:
         def fits(k: int) -> bool:
             return all(new_blocks(a, k) <= self.pools[r].num_free for r, a in enumerate(per))
 
-        if not fits(kmax):
-            lo, hi = 0, kmax
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-            kmax = lo
+        kmax = largest_k(kmax, fits)
         if kmax < 2:
             return 0
         nd = np.array([len(a) for a in per], dtype=np.int64)
@@ -266,7 +262,7 @@ class SpRanksEngine:
         dctx = c0[None, :] + nd[None, :] * steps
         d = self.cost.decode_only_s(nd, dctx, np.asarray(self._rank_max())[None, :] + steps)
         ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
-        k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
         if k < 2:
             return 0
         for r, a in enumerate(per):

@@ -3,9 +3,7 @@ model. `iterations` and `replay` measure (PyTorch with CUDA, on the GPU machine)
 `report` re-score stored measurements anywhere."""
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import math
 import os
 
@@ -61,6 +59,13 @@ def _replay(a) -> int:
 
 def _fit(a) -> int:
     from simserve.validate import fit as F
+    want = "cpu_iterations.csv" if a.cpu else "gpu_iterations.csv"
+    for d in a.points:
+        if not os.path.exists(os.path.join(d, want)):
+            raise SimserveError(f"{d}: no {want} (a folder written by `simserve validate "
+                                "iterations`)")
+    if not os.path.isdir(a.raw):
+        raise SimserveError(f"--raw {a.raw}: no such folder (the profile's raw points)")
     if a.cpu:
         r = F.fit_cpu([os.path.join(d, "cpu_iterations.csv") for d in a.points], a.profile,
                       a.model)
@@ -70,10 +75,7 @@ def _fit(a) -> int:
             raise SimserveError("GPU in-situ fit takes one measurement folder")
         r = F.fit(os.path.join(a.points[0], "gpu_iterations.csv"), a.profile, a.model)
         name = "in_situ.json"
-    path = os.path.join(a.raw, name)
-    with open(path, "w") as f:
-        json.dump(r, f, indent=1)
-        f.write("\n")
+    path = F.write(r, a.raw, name)
     print(f"{path}: factor {r['factor']} at {r['tokens']}; MAPE {r['mape_without_pct']}% "
           f"without, {r['mape_out_of_fold_pct']}% held out; `simserve calibrate fit --raw "
           f"{a.raw} ...` puts it in the profile")

@@ -43,63 +43,68 @@ def apply(tokens, predicted, factor, knots=KNOTS) -> np.ndarray:
     return np.asarray(predicted, float) * np.exp(_basis(tokens, knots) @ np.log(factor))
 
 
+def bare_profile(name: str, kind: str):
+    """The profile without its in-situ factor: what the factor is fitted against."""
+    prof = load_profile(name, expect_kind=kind)
+    oh = {k: v for k, v in prof.overheads.items() if k != "in_situ"}
+    return dataclasses.replace(prof, overheads=oh, _ops_cache={})
+
+
 def raw_predictions(points, profile: str, model: str) -> np.ndarray:
     """Graph-mode forward predictions with the in-situ factor removed from the profile."""
-    prof = load_profile(profile, expect_kind="gpu")
-    oh = {k: v for k, v in prof.overheads.items() if k != "in_situ"}
-    bare = dataclasses.replace(prof, overheads=oh, _ops_cache={})
-    cost = GpuCostModel(get_model(model), bare, 1, graph_max_tokens=1 << 30)
+    cost = GpuCostModel(get_model(model), bare_profile(profile, "gpu"), 1,
+                        graph_max_tokens=1 << 30)
     return np.array([vb.predict_gpu_us(cost, p) for p in points])
 
 
-def fit(points_csv: str, profile: str, model: str, knots=KNOTS) -> dict:
-    pts = load_gpu_points(points_csv)
-    T = np.array([sum(p["chunks"]) + len(p["decode_ctx"]) for p in pts])
-    meas = np.array([p["graph_us"] for p in pts])
-    pred = raw_predictions(pts, profile, model)
-    idx = np.arange(len(pts))
-    oof = np.empty(len(pts))
-    for part in (0, 1):
-        train, test = idx % 2 != part, idx % 2 == part
-        f = fit_log_factor(T[train], meas[train], pred[train], knots)
-        oof[test] = apply(T[test], pred[test], f, knots)
-    full = fit_log_factor(T, meas, pred, knots)
-
-    def mape(p):
-        return float(np.mean(np.abs(p - meas) / meas) * 100)
-
-    return {"tokens": list(knots), "factor": [round(float(x), 4) for x in full],
-            "n": len(pts), "mape_without_pct": round(mape(pred), 2),
-            "mape_out_of_fold_pct": round(mape(oof), 2),
-            "mape_in_sample_pct": round(mape(apply(T, pred, full, knots)), 2),
-            "source": f"simserve validate fit on {len(pts)} {model} forward passes "
-                      f"({Path(points_csv).as_posix()}), CUDA-graph replays on the real executor"}
-
-
-def write(result: dict, raw_dir: str) -> Path:
-    """Store the factor next to the raw kernel points, where `simserve calibrate fit` reads it."""
-    p = Path(raw_dir) / "in_situ.json"
-    p.write_text(json.dumps(result, indent=1) + "\n")
-    return p
-
-
-CPU_KNOTS = [1, 4, 16, 64, 256]
-
-
-def raw_cpu_predictions(df, profile: str, model: str) -> np.ndarray:
+def cpu_predictions(df, prof, model: str) -> np.ndarray:
+    """CPU iteration predictions (µs) for rows with batch, context, layers and threads."""
     from simserve.cost_cpu import CpuCostModel
-    prof = load_profile(profile, expect_kind="cpu")
-    oh = {k: v for k, v in prof.overheads.items() if k != "in_situ"}
-    bare = dataclasses.replace(prof, overheads=oh, _ops_cache={})
-    models = {}
+    models: dict = {}
     out = []
     for r in df.itertuples(index=False):
         th = int(r.threads)
         if th not in models:
-            models[th] = CpuCostModel(get_model(model), bare, th)
+            models[th] = CpuCostModel(get_model(model), prof, th)
         out.append(vb.predict_cpu_us(models[th], {"batch": int(r.batch), "context": int(r.context)},
                                      int(r.layers)))
     return np.array(out)
+
+
+def _fit_held_out(x, meas, pred, fold, knots) -> dict:
+    """The factor fitted on all points, and each fold's points scored by a factor fitted on
+    the other folds (MAPE without the factor, held out, in sample, per fold)."""
+    oof = np.empty(len(meas))
+    per_fold = {}
+
+    def mape(p, m=meas):
+        return float(np.mean(np.abs(p - m) / m) * 100)
+
+    for part in np.unique(fold):
+        train, test = fold != part, fold == part
+        oof[test] = apply(x[test], pred[test], fit_log_factor(x[train], meas[train], pred[train],
+                                                              knots), knots)
+        per_fold[int(part)] = round(mape(oof[test], meas[test]), 2)
+    full = fit_log_factor(x, meas, pred, knots)
+    return {"tokens": list(knots), "factor": [round(float(v), 4) for v in full], "n": len(meas),
+            "mape_without_pct": round(mape(pred), 2), "mape_out_of_fold_pct": round(mape(oof), 2),
+            "mape_in_sample_pct": round(mape(apply(x, pred, full, knots)), 2),
+            "mape_per_fold_pct": per_fold}
+
+
+def fit(points_csv: str, profile: str, model: str, knots=KNOTS) -> dict:
+    """GPU forward passes by batch tokens; held out two-fold by index parity."""
+    pts = load_gpu_points(points_csv)
+    T = np.array([sum(p["chunks"]) + len(p["decode_ctx"]) for p in pts])
+    meas = np.array([p["graph_us"] for p in pts])
+    r = _fit_held_out(T, meas, raw_predictions(pts, profile, model), np.arange(len(pts)) % 2,
+                      knots)
+    return dict(r, held_out="2-fold CV",
+                source=f"simserve validate fit on {len(pts)} {model} forward passes "
+                       f"({Path(points_csv).as_posix()}), CUDA-graph replays on the real executor")
+
+
+CPU_KNOTS = [1, 4, 16, 64, 256]
 
 
 def fit_cpu(points_csvs, profile: str, model: str, knots=CPU_KNOTS) -> dict:
@@ -109,28 +114,21 @@ def fit_cpu(points_csvs, profile: str, model: str, knots=CPU_KNOTS) -> dict:
     import pandas as pd
     if isinstance(points_csvs, str):
         points_csvs = [points_csvs]
-    frames = [pd.read_csv(p).assign(run=k) for k, p in enumerate(points_csvs)]
-    df = pd.concat(frames, ignore_index=True)
-    B, meas = df.batch.to_numpy(), df.measured_us.to_numpy(float)
-    pred = raw_cpu_predictions(df, profile, model)
-    fold = df.run.to_numpy() if len(frames) > 1 else np.arange(len(df)) % 2
-    oof = np.empty(len(df))
-    per_fold = {}
+    df = pd.concat([pd.read_csv(p).assign(run=k) for k, p in enumerate(points_csvs)],
+                   ignore_index=True)
+    fold = df.run.to_numpy() if len(points_csvs) > 1 else np.arange(len(df)) % 2
+    how = "leave-one-run-out" if len(points_csvs) > 1 else "2-fold CV"
+    r = _fit_held_out(df.batch.to_numpy(), df.measured_us.to_numpy(float),
+                      cpu_predictions(df, bare_profile(profile, "cpu"), model), fold, knots)
+    return dict(r, held_out=how,
+                source=f"simserve validate fit on {len(df)} {model} CPU decode iterations from "
+                       f"{len(points_csvs)} run(s) "
+                       f"({', '.join(Path(p).parent.name for p in points_csvs)}) "
+                       f"on the real CPU executor; held out {how}")
 
-    def mape(p, m=meas):
-        return float(np.mean(np.abs(p - m) / m) * 100)
 
-    for part in np.unique(fold):
-        train, test = fold != part, fold == part
-        oof[test] = apply(B[test], pred[test], fit_log_factor(B[train], meas[train], pred[train],
-                                                              knots), knots)
-        per_fold[int(part)] = round(mape(oof[test], meas[test]), 2)
-    full = fit_log_factor(B, meas, pred, knots)
-    how = "leave-one-run-out" if len(frames) > 1 else "2-fold CV"
-    return {"tokens": list(knots), "factor": [round(float(x), 4) for x in full], "n": len(df),
-            "mape_without_pct": round(mape(pred), 2), "mape_out_of_fold_pct": round(mape(oof), 2),
-            "mape_in_sample_pct": round(mape(apply(B, pred, full, knots)), 2),
-            "held_out": how, "mape_per_fold_pct": per_fold,
-            "source": f"simserve validate fit on {len(df)} {model} CPU decode iterations from "
-                      f"{len(frames)} run(s) ({', '.join(Path(p).parent.name for p in points_csvs)}) "
-                      f"on the real CPU executor; held out {how}"}
+def write(result: dict, raw_dir: str, name: str) -> Path:
+    """Store a factor next to the raw kernel points, where `simserve calibrate fit` reads it."""
+    p = Path(raw_dir) / name
+    p.write_text(json.dumps(result, indent=1) + "\n")
+    return p

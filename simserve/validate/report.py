@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from simserve.cost import GpuCostModel
-from simserve.cost_cpu import CpuCostModel
 from simserve.hardware.profile import load_profile
 from simserve.models import get_model
 from simserve.validate import batches as vb
+from simserve.validate.fit import cpu_predictions
 from simserve.validate.score import summary, worst
 from simserve.validate.store import load_gpu_points
 
@@ -42,16 +42,8 @@ def score_gpu(points_csv: str, profile: str, model: str, mixed_attention: str = 
 
 def score_cpu(points_csv: str, profile: str, model: str) -> pd.DataFrame:
     df = pd.read_csv(points_csv)
-    prof = load_profile(profile, expect_kind="cpu")
-    models = {}
-    pred = []
-    for r in df.itertuples(index=False):
-        th = int(r.threads)
-        if th not in models:
-            models[th] = CpuCostModel(get_model(model), prof, th)
-        pred.append(vb.predict_cpu_us(models[th], {"batch": int(r.batch), "context": int(r.context)},
-                                      int(r.layers)))
-    return df.assign(predicted_us=pred)
+    return df.assign(predicted_us=cpu_predictions(df, load_profile(profile, expect_kind="cpu"),
+                                                  model))
 
 
 def report(val_dir: str, gpu_profile: str, cpu_profile: str, model: str) -> dict:

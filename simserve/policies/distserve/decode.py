@@ -21,6 +21,7 @@ import numpy as np
 
 from simserve.policies.distserve.prefill import make_pool
 from simserve.policies.signal import Signal, sleep_until
+from simserve.sim.leap import decode_ends
 
 LEAP_CAP = 8192
 
@@ -70,14 +71,9 @@ class DecodeInstance:
                 clock = env.now
                 continue
             ids = np.asarray(self.running, dtype=np.int64)
-            B = len(ids)
             k = int((t.output[ids] - t.generated[ids]).min()) if self.cfg.leap else 1
             k = min(k, LEAP_CAP)
-            steps = np.arange(k, dtype=np.int64)
-            S = int((t.computed[ids] + 1).sum()) + B * steps
-            # the longest context too: unequal contexts cost more in a split-K decode kernel
-            d = np.atleast_1d(self.cost.decode_only_s(B, S, int(t.computed[ids].max()) + 1 + steps))
-            ends = np.cumsum(np.concatenate(([clock], d)))[1:]
+            ends = decode_ends(self.cost, clock, t.computed[ids], k)
             woken = yield from sleep_until(env, float(ends[-1]), self.signal.wait())
             kd = k
             if woken and env.now < ends[-1]:  # finish the step in progress, then let it join

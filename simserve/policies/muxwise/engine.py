@@ -19,6 +19,8 @@ import numpy as np
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
+from simserve.policies.replicas import start_replicas
+from simserve.sim.leap import decode_ends, steps_before
 from simserve.policies.muxwise.config import MuxWiseConfig
 from simserve.policies.muxwise.smshare import SmShareCost
 from simserve.policies.queues import make_queue
@@ -164,16 +166,11 @@ class MuxWiseEngine:
 
     def _decode_leap(self):
         env, t = self.ctx.env, self.ctx.table
-        ids, S0 = self._decode_ids()
-        B = len(ids)
+        ids, _ = self._decode_ids()
         k = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP) if self.cfg.leap else 1
-        steps = np.arange(k, dtype=np.int64)
-        S = S0 + B * steps
-        cmax = int(self.ctx.table.computed[ids].max()) + 1 + steps  # longest context per step
-        d = np.atleast_1d(self.cost.cost.decode_only_s(B, S, cmax))
-        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
+        ends = decode_ends(self.cost.cost, self.clock, t.computed[ids], k)
         # steps after the first must start before the next arrival (which starts a prefill)
-        k = min(k, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        k = steps_before(ends, k, self.ctx.source.next_arrival_s)
         yield env.timeout(max(0.0, ends[k - 1] - env.now))
         self._finish_decode(ids, k, ends)
         self.ctx.recorder.num_steps_scheduled += 1
@@ -213,19 +210,4 @@ def build(ctx, cfg: MuxWiseConfig):
     if G % tp:
         raise ConfigError(f"policy.tp: {tp} does not divide hardware.num_gpus={G}")
     engines = [MuxWiseEngine(ctx, cfg, i, list(range(i * tp, (i + 1) * tp))) for i in range(G // tp)]
-    t = ctx.table
-    if t.n:
-        need = int((t.prompt + t.output).max())
-        if engines[0].pool.blocks_for(need) > engines[0].pool.num_blocks:
-            raise ConfigError(f"policy muxwise: a request needs {need} tokens of KV but one "
-                              f"instance holds {engines[0].pool.capacity_tokens}; cap the context")
-    for e in engines:
-        ctx.env.process(e.run())
-    ctx.stats["engines"] = [dict(e.kv_summary, gpus=e.gpus) for e in engines]
-    ctx.stats["_engines"] = engines
-    if len(engines) == 1:
-        return engines[0].enqueue
-
-    def on_arrival(rid: int) -> None:
-        min(engines, key=lambda e: (e.load(), e.index)).enqueue(rid)
-    return on_arrival
+    return start_replicas(ctx, engines, "muxwise")

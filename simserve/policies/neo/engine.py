@@ -19,6 +19,7 @@ import numpy as np
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
+from simserve.sim.leap import decode_ends, largest_k, steps_before
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 
@@ -219,26 +220,18 @@ class NeoEngine:
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
         ids = np.asarray(self.gpu_q, dtype=np.int64)
-        B, c, held = len(ids), t.computed[ids], t.blocks[ids]
+        c, held = t.computed[ids], t.blocks[ids]
         kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
 
         def need(k: int) -> int:     # GPU blocks the decodes hold after k more steps
             return int(np.maximum(held, -(-(c + k) // bs)).sum())
 
         G = self.gpu_pool.num_blocks
-        if need(kmax) > G:
-            lo, hi = 0, kmax
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if need(mid) <= G else (lo, mid - 1)
-            kmax = lo
+        kmax = largest_k(kmax, lambda k: need(k) <= G)
         if kmax < 2:
             return 0
-        steps = np.arange(kmax, dtype=np.int64)
-        S = int((c + 1).sum()) + B * steps
-        d = self.cost.decode_only_s(B, S, int(c.max()) + 1 + steps)
-        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
-        k = min(kmax, 1 + int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+        ends = decode_ends(self.cost, self.clock, c, kmax)
+        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
         if k < 2:
             return 0
         self.gpu_pool.allocate(need(k) - int(held.sum()))

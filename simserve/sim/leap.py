@@ -1,0 +1,37 @@
+"""Exact event leaping over decode-only steps, the pieces every engine shares.
+
+A decode-only batch repeats one step with every context one longer; k such steps are priced at
+once (`decode_ends`, the same cost-model call a single step makes, so the floats match
+stepping), limited to the steps whose KV fits (`largest_k`) and to those that start before the
+next arrival could be seen (`steps_before`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def largest_k(kmax: int, fits: Callable[[int], bool]) -> int:
+    """The largest k in [0, kmax] with fits(k), for a fits that only turns false as k grows."""
+    if fits(kmax):
+        return kmax
+    lo, hi = 0, kmax
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def decode_ends(cost, clock: float, computed: np.ndarray, k: int) -> np.ndarray:
+    """End times of k consecutive decode steps of the sequences whose KV holds `computed`
+    tokens, starting at `clock` (GpuCostModel.decode_only_s with Σ context and the longest)."""
+    steps = np.arange(k, dtype=np.int64)
+    S = int((computed + 1).sum()) + len(computed) * steps
+    d = np.atleast_1d(cost.decode_only_s(len(computed), S, int(computed.max()) + 1 + steps))
+    return np.cumsum(np.concatenate(([clock], d)))[1:]
+
+
+def steps_before(ends: np.ndarray, kmax: int, next_arrival_s: float) -> int:
+    """Steps to take: the first, and every later one that starts before the next arrival."""
+    return min(kmax, 1 + int(np.searchsorted(ends, next_arrival_s, "left")))
