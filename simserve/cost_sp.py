@@ -122,10 +122,14 @@ class SpCostModel:
         t_p = self.prefill_path_us(int(max(n_p)), np.asarray(chunks), np.asarray(ctxs))
         layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
         busiest = max(tokens)
-        seqs = int(max(n_d)) + len(chunks)
         b = self.base
         b._ensure(max(busiest, num_sample_rows))
-        return (b.iter_us + b.per_seq_us * seqs + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
+        return (self.host_us(n_d, len(chunks)) + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
+
+    def host_us(self, n_d, num_chunks: int) -> float:
+        """The iteration's host scheduling cost (the base model's), for the busiest rank's
+        sequences: its decodes plus every prefill chunk."""
+        return self.base.iter_us + self.base.per_seq_us * (int(max(n_d)) + num_chunks)
 
     def decode_only_s(self, n_d, dctx, dmax=None):
         """Decode-only iterations, vectorised: n_d (R,) decodes per rank, dctx (k, R) Σ context
@@ -147,7 +151,7 @@ class SpCostModel:
                                for r, n in enumerate(n_d) if n > 0]), axis=0)
         layer = t_lin + t_d
         # the launch model, LM head and in-situ factor of the busiest rank (GpuCostModel's)
-        return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, layer, busy)) * 1e-6
+        return (self.host_us(n_d, 0) + b.forward_us(busy, layer, busy)) * 1e-6
 
     def prefill_alone_s(self, prompt_tokens: int) -> float:
         """One whole prompt, sharded evenly over the R ranks, no decodes (Fig. 14b style)."""

@@ -1,4 +1,4 @@
-"""`simserve validate iterations | replay | fit | report`: the real executor against the cost
+"""`simserve validate iterations | replay | fit | report | sp | sp-report`: the real executor against the cost
 model. `iterations` and `replay` measure (PyTorch with CUDA, on the GPU machine); `fit` and
 `report` re-score stored measurements anywhere."""
 from __future__ import annotations
@@ -112,6 +112,42 @@ def _report(a) -> int:
     return _print(a.dir, a.profile, a.cpu_profile, a.model)
 
 
+def _sp(a) -> int:
+    _need_torch("sp")
+    if os.path.exists(os.path.join(a.out, a.model, "sp_iterations.csv")):
+        raise SimserveError(f"--out {a.out}: already holds SP measurements; choose a new folder")
+    from simserve.validate import sp_run
+    sp_run.main(["--out", a.out, "--models", a.model, "--n", str(a.n), "--nproc", str(a.ranks),
+                 "--budget-s", str(a.budget_s)])
+    return _sp_print(os.path.join(a.out, a.model), a)
+
+
+def _sp_report(a) -> int:
+    if not os.path.isdir(a.dir):
+        raise SimserveError(f"{a.dir}: no such measurement folder")
+    return _sp_print(a.dir, a)
+
+
+def _sp_print(d: str, a) -> int:
+    from simserve.validate.sp_score import plot, score
+    r = score(d, a.model, a.profile, a.link, a.ranks)
+    plot(d, r)
+    print(f"{d}: {a.model}, SP{a.ranks} over {a.link}, GPU profile {a.profile}; measured: "
+          f"{r['measured']} ({r['n_graph']} graphs)")
+    print(f"{'predictor':40s} {'n':>4s} {'MAPE%':>6s} {'P90%':>6s} {'max%':>6s} {'bias%':>6s}")
+    for key, label in (("estimator_paper_ab", f"estimator, α=β={r['paper_contention']}"),
+                       ("estimator_heldout_ab", "estimator, α, β fitted on the other half"),
+                       ("cost_model_paper_ab", f"cost model, α=β={r['paper_contention']}"),
+                       ("cost_model_fit_ab", "cost model, α, β fitted on all")):
+        for g, s in r[key].items():
+            print(f"{label + ('' if g == 'all' else ' ' + g):40s} {s['n']:4d} {s['mape_pct']:6.2f} "
+                  f"{s['p90_ape_pct']:6.2f} {s['max_ape_pct']:6.2f} {s['mean_signed_pct']:+6.2f}")
+    c = r["contention_fit_all"]
+    print(f"fitted α = {c['alpha']}, β = {c['beta']} (halves: {r['fit_on_even']}, {r['fit_on_odd']}); "
+          f"overlapped / serial split region, median: {r['overlap_over_serial_median']}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("validate", help="real executor vs cost model (iterations, replay)")
     vs = p.add_subparsers(dest="validate_command", metavar="WHAT")
@@ -147,6 +183,20 @@ def register(sub) -> None:
     q.add_argument("--raw", required=True, help="the profile's raw folder (writes in_situ*.json)")
     q.add_argument("--cpu", action="store_true", help="CPU iterations (by decode batch)")
     q.set_defaults(handler=_fit)
+    q = vs.add_parser("sp", help="Conflux Parallelism iterations on R GPUs, measured and predicted")
+    common(q)
+    q.add_argument("--link", default="nvlink4")
+    q.add_argument("--ranks", type=int, default=2)
+    q.add_argument("--n", type=int, default=150)
+    q.add_argument("--budget-s", type=float, default=240)
+    q.add_argument("--out", required=True)
+    q.set_defaults(handler=_sp)
+    q = vs.add_parser("sp-report", help="score a stored SP measurement folder")
+    common(q)
+    q.add_argument("--link", default="nvlink4")
+    q.add_argument("--ranks", type=int, default=2)
+    q.add_argument("dir")
+    q.set_defaults(handler=_sp_report)
     q = vs.add_parser("report", help="score a stored measurement folder")
     common(q)
     q.add_argument("dir")
