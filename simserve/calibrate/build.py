@@ -209,6 +209,21 @@ def _add_in_situ(prof: dict, path: Path) -> None:
                   f"{f['mape_out_of_fold_pct']}% held out ({f.get('held_out', '2-fold CV')})"}
 
 
+def _add_sp_contention(prof: dict, path: Path) -> None:
+    """Contention factors α, β of Conflux Parallelism's split attention region that
+    `simserve validate sp-fit` wrote from real multi-GPU runs, if any."""
+    if not path.exists():
+        return
+    f = json.loads(path.read_text())
+    def pct(d):
+        return ", ".join(f"{k} {v}%" for k, v in d.items())
+    held = pct({k: v["mape_pct"] for k, v in f.get("leave_one_model_out", {}).items()})
+    prof["overheads"]["sp_contention"] = {
+        "alpha": f["alpha"], "beta": f["beta"],
+        "source": f"{f['source']}; MAPE {pct(f['mape_pct'])}; fitted on the other model only: "
+                  f"{held}; the paper's 1.28 gives {pct(f['paper_mape_pct'])}"}
+
+
 def _overheads(raw: pd.DataFrame, base: dict) -> dict:
     oh = dict(base)
     la = _pts(raw, part="launch")
@@ -230,6 +245,7 @@ def build_gpu(raw_dir: Path, name: str) -> dict:
                        "grids (simserve/calibrate/tables.py)")
     prof["overheads"] = _overheads(raw, base["overheads"])
     _add_in_situ(prof, raw_dir / "in_situ.json")
+    _add_sp_contention(prof, raw_dir / "sp_contention.json")
     varlen = _varlen(raw)
     imbalance = _decode_imbalance(raw, int(_meta(raw_dir).get("gpu", {}).get("sms") or 132))
     ops = {}

@@ -117,6 +117,9 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
         "date": _dt.date.today().isoformat(),
     }
     prof["overheads"] = dict(src_p.overheads, source=f"host costs as measured/assumed for {src_name}")
+    # measured kernel co-run contention is not carried over: a derived GPU's SP runs use the
+    # paper's Fig. 14a value (cost_sp.PAPER_CONTENTION) unless configured
+    prof["overheads"].pop("sp_contention", None)
     if "in_situ" in prof["overheads"]:
         prof["overheads"]["in_situ"] = dict(
             prof["overheads"]["in_situ"],

@@ -1,4 +1,4 @@
-"""`simserve validate iterations | replay | fit | report | sp | sp-report`: the real executor against the cost
+"""`simserve validate iterations | replay | fit | report | sp | sp-report | sp-fit`: the real executor against the cost
 model. `iterations` and `replay` measure (PyTorch with CUDA, on the GPU machine); `fit` and
 `report` re-score stored measurements anywhere."""
 from __future__ import annotations
@@ -136,15 +136,30 @@ def _sp_print(d: str, a) -> int:
           f"{r['measured']} ({r['n_graph']} graphs)")
     print(f"{'predictor':40s} {'n':>4s} {'MAPE%':>6s} {'P90%':>6s} {'max%':>6s} {'bias%':>6s}")
     for key, label in (("estimator_paper_ab", f"estimator, α=β={r['paper_contention']}"),
-                       ("estimator_heldout_ab", "estimator, α, β fitted on the other half"),
+                       ("estimator_heldout_ab", "estimator, α, β from the other half"),
+                       ("estimator_refit_heldout", "estimator refitted on the other half"),
                        ("cost_model_paper_ab", f"cost model, α=β={r['paper_contention']}"),
-                       ("cost_model_fit_ab", "cost model, α, β fitted on all")):
+                       ("cost_model_heldout_ab", "cost model, α, β from the other half")):
         for g, s in r[key].items():
             print(f"{label + ('' if g == 'all' else ' ' + g):40s} {s['n']:4d} {s['mape_pct']:6.2f} "
                   f"{s['p90_ape_pct']:6.2f} {s['max_ape_pct']:6.2f} {s['mean_signed_pct']:+6.2f}")
-    c = r["contention_fit_all"]
-    print(f"fitted α = {c['alpha']}, β = {c['beta']} (halves: {r['fit_on_even']}, {r['fit_on_odd']}); "
-          f"overlapped / serial split region, median: {r['overlap_over_serial_median']}")
+    for who, c in r["contention_fit_all"].items():
+        print(f"{who}: α = {c['alpha']}, β = {c['beta']} fitted on all (halves: "
+              f"{r['fit_on_even'][who]}, {r['fit_on_odd'][who]})")
+    print(f"overlapped / serial split region, median: {r['overlap_over_serial_median']:.3f}; "
+          f"graph / queued: {r['graph_over_queued_median']:.3f}")
+    return 0
+
+
+def _sp_fit(a) -> int:
+    from simserve.validate.sp_score import fit_pooled, write_raw
+    r = fit_pooled(a.points, a.profile, a.link, a.ranks)
+    print(f"cost model contention fitted on {r['n_folders']} folder(s): alpha {r['alpha']}, "
+          f"beta {r['beta']}; MAPE {r['mape_pct']} (paper's 1.28: {r['paper_mape_pct']})")
+    for n, h in r.get("leave_one_model_out", {}).items():
+        print(f"  {n}: fitted on the others alpha {h['alpha']}, beta {h['beta']} -> {h['mape_pct']}%")
+    if a.raw:
+        print(f"{write_raw(r, a.raw)} written; `simserve calibrate fit` puts it in the profile")
     return 0
 
 
@@ -197,6 +212,13 @@ def register(sub) -> None:
     q.add_argument("--ranks", type=int, default=2)
     q.add_argument("dir")
     q.set_defaults(handler=_sp_report)
+    q = vs.add_parser("sp-fit", help="fit the SP cost model's contention factors α, β")
+    common(q)
+    q.add_argument("--link", default="nvlink4")
+    q.add_argument("--ranks", type=int, default=2)
+    q.add_argument("--raw", default=None, help="the profile's raw folder (writes sp_contention.json)")
+    q.add_argument("points", nargs="+", help="SP measurement folders scored by sp-report")
+    q.set_defaults(handler=_sp_fit)
     q = vs.add_parser("report", help="score a stored measurement folder")
     common(q)
     q.add_argument("dir")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simserve.cost_sp import PAPER_CONTENTION
 from simserve.policies.conflux.dispatch import DEFAULT_QUANTUM
 from simserve.policies.conflux.placement import DEFAULT_ETA, DEFAULT_HEADROOM
 
@@ -22,8 +21,11 @@ class ConfluxConfig:
     scheduler: str = "slo"
     ttft_ms: float = 2000.0          # §8.1: 2 s / 100 ms for Qwen3-14B/32B (1 s / 50 ms for 8B)
     tbt_ms: float = 100.0            # τ: the TBT budget every iteration is dispatched against
-    alpha: float = PAPER_CONTENTION  # contention factors (cost_sp.py: from Fig. 14a)
-    beta: float = PAPER_CONTENTION
+    # contention factors of the split attention region; None: the GPU profile's measured
+    # `overheads.sp_contention` (h200-sxm: α 1.0, β 1.72 from real SP2 runs, validation/) or,
+    # without one, the paper's Fig. 14a value 1.28 (cost_sp.py)
+    alpha: float | None = None
+    beta: float | None = None
     # the split attention region overlaps prefill and decode attention (max of the two paths);
     # False runs them one after the other (their sum): Fig. 13's first ablation
     overlap: bool = True
@@ -54,6 +56,8 @@ class ConfluxConfig:
                 raise ValueError(f"{name}: expected a positive number, got {v!r}")
         for name in ("alpha", "beta"):
             v = getattr(self, name)
+            if v is None:
+                continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 1:
                 raise ValueError(f"{name}: expected a contention factor >= 1, got {v!r}")
         if not 0 <= self.eta <= 1:

@@ -82,6 +82,18 @@ class ConfluxEstimator:
                 attn = max(attn, self.alpha * t_d)
         return self.num_layers * (t_gemm + attn)
 
+    def paths(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
+              prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
+        """Per layer: T_GEMM, T_P and T_D before the contention factors (NaN for an empty
+        path), so that α and β can be varied over many batches at once (`estimate_many`)."""
+        t_gemm = self.gamma * max(p + d for p, d in zip(n_p, n_d)) + self.gamma0
+        t_p = np.nan
+        if sum(n_p) > 0:
+            work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
+            t_p = (self.a_comm * max(n_p) + self.a_comm0 + self.a_p * work / len(n_d) + self.a_p0)
+        t_d = self.decode_path(n_d, decode_ctx)
+        return t_gemm, t_p, np.nan if t_d is None else t_d
+
     def iteration_time(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
                        prefills: Sequence[tuple[int, int]]) -> float:
         """T_iter of one iteration.
@@ -96,6 +108,32 @@ class ConfluxEstimator:
         max_tokens = max(p + d for p, d in zip(n_p, n_d))
         work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
         return self.combine(max_tokens, max(n_p), work, n, self.decode_path(n_d, decode_ctx))
+
+
+CONTENTION_GRID = np.round(np.arange(1.0, 3.001, 0.02), 2)  # α, β ≥ 1: never a speed-up
+
+
+def estimate_many(est: ConfluxEstimator, paths: np.ndarray, alpha, beta) -> np.ndarray:
+    """T_iter (the estimator's unit) of every batch (rows of `paths`: T_GEMM, T_P, T_D from
+    `ConfluxEstimator.paths`) for every (α, β) pair: shape (batches, pairs)."""
+    g, p, d = (paths[:, k][:, None] for k in range(3))
+    a, b = np.atleast_1d(alpha)[None, :], np.atleast_1d(beta)[None, :]
+    if est.overlap:
+        attn = np.fmax(b * p, a * d)  # fmax skips the NaN of an empty path
+    else:
+        attn = np.where(np.isnan(p), 0.0, p) + np.where(np.isnan(d), 0.0, d)
+    return est.num_layers * (g + np.where(np.isnan(attn), 0.0, attn))
+
+
+def fit_contention(est: ConfluxEstimator, paths: np.ndarray, measured,
+                   grid: np.ndarray = CONTENTION_GRID) -> tuple[float, float]:
+    """(α, β) on `grid` minimising the estimator's MAPE against `measured` iteration times of
+    mixed batches (App. D: α, β are calibrated from mixed profiles)."""
+    measured = np.asarray(measured, dtype=np.float64)
+    A, B = (x.ravel() for x in np.meshgrid(grid, grid, indexing="ij"))
+    pred = estimate_many(est, paths, A, B)
+    k = int(np.argmin(np.mean(np.abs(pred - measured[:, None]) / measured[:, None], axis=0)))
+    return float(A[k]), float(B[k])
 
 
 def fit_affine(x, y, where: str = "samples") -> tuple[float, float]:

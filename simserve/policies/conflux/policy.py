@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simserve.cost_sp import SpCostModel
+from simserve.cost_sp import PAPER_CONTENTION, SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.conflux.config import ConfluxConfig
@@ -19,17 +19,26 @@ from simserve.sim.context import SimContext
 from simserve.sim.memory import gpu_kv_budget
 
 
+def contention(cfg: ConfluxConfig, gpu) -> tuple[float, float]:
+    """The hardware's α, β: as configured, else the GPU profile's measured
+    `overheads.sp_contention`, else the paper's Fig. 14a value (cost_sp.PAPER_CONTENTION)."""
+    measured = gpu.overheads.get("sp_contention") or {}
+    return (float(cfg.alpha or measured.get("alpha", PAPER_CONTENTION)),
+            float(cfg.beta or measured.get("beta", PAPER_CONTENTION)))
+
+
 @register("conflux", ConfluxConfig)
 def build(ctx: SimContext, cfg: ConfluxConfig):
     hw, model = ctx.hardware, ctx.model
     R = instance_layout(hw.num_gpus, cfg.instances, cfg.tp, "conflux")
+    alpha, beta = contention(cfg, hw.gpu)
     try:
-        cost = SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, cfg.alpha, cfg.beta,
+        cost = SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, alpha, beta,
                            cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank,
                            overlap=cfg.overlap)
     except ValueError as exc:
         raise ConfigError(f"policy conflux: {exc}") from None
-    est = fit_from_cost(cost, cfg.alpha, cfg.beta, cfg.max_tokens_per_rank, cfg.quantum)
+    est = fit_from_cost(cost, None, None, cfg.max_tokens_per_rank, cfg.quantum)
     if not cfg.overlap:
         est = dataclasses.replace(est, overlap=False)
     kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
