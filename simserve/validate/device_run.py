@@ -102,6 +102,8 @@ def cpu_part(a, deadline, log):
                  **{f"{s}_us": round(r["stages_us"].get(s, 0.0), 1) for s in CPU_STAGES})
         if i % 20 == 0:
             log(f"cpu {i}: b={b['batch']} ctx={b['context']} {r['median_us']:.0f}us")
+    a.cpu_copy_gbps_end = host_copy_gbps(a.cpu_threads)  # drift within the run
+    log(f"cpu: host copy {a.cpu_copy_gbps_end:.1f} GB/s at the end")
 
 
 def replay_part(a, ex, log):
@@ -176,6 +178,7 @@ def main(argv=None):
             meta.setdefault("failed", []).append(part)
     meta["wall_s"] = time.monotonic() - t0
     meta["cpu_stream_copy_gbps"] = getattr(a, "cpu_copy_gbps", None)
+    meta["cpu_stream_copy_gbps_end"] = getattr(a, "cpu_copy_gbps_end", None)
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, default=str)
 
