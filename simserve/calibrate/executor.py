@@ -18,7 +18,12 @@ Engine behaviour reproduced (`launch`):
 
 KV: one shared pool of pages; every layer gets its own random block table into it, so layers
 read distinct memory as they do in an engine (the pool is far larger than L2). The prefill
-context K/V is a contiguous slice at a random offset per layer. Only TP 1 (one GPU).
+context K/V is a contiguous slice at a random offset per layer.
+
+Tensor parallelism (`tp` > 1, one process per GPU, torch.distributed initialised by the caller):
+each rank holds 1/tp of the heads, of the FFN and of the vocabulary (the cost model's per-rank
+shapes, `ModelSpec.gemms(tp)` / `lm_head(tp)`), and the O and down projections are followed by
+an NCCL all-reduce; the LM head's argmax stays rank-local (no logit gather, as the cost model).
 """
 from __future__ import annotations
 
@@ -59,7 +64,8 @@ class ExecBatch:
 class GpuExecutor:
     def __init__(self, model: str, layers: int | None = None, kv_pool_gib: float = 40.0,
                  mixed_attention: str = "split", launch: str = "graph", max_tokens: int = 16384,
-                 device: str = "cuda", decode_cfg: dict | None = None, seed: int = 0):
+                 device: str = "cuda", decode_cfg: dict | None = None, seed: int = 0,
+                 tp: int = 1):
         if mixed_attention not in ("split", "varlen"):
             raise ValueError(f"mixed_attention: expected split or varlen, got {mixed_attention!r}")
         if launch not in ("graph", "eager", "queued"):
@@ -69,8 +75,10 @@ class GpuExecutor:
         self.L = layers or s.num_layers
         self.mixed, self.launch, self.dev = mixed_attention, launch, device
         self.cfg = dict(decode_cfg or DECODE_CFG)
-        h, d, ffn = s.hidden, s.head_dim, s.ffn
-        self.nh, self.nkv, self.d = s.num_heads, s.num_kv_heads, d
+        s.check_tp(tp)
+        self.tp = tp
+        h, d, ffn = s.hidden, s.head_dim, s.ffn // tp
+        self.nh, self.nkv, self.d = s.num_heads // tp, s.num_kv_heads // tp, d
         self.scale = d ** -0.5
         w = []
         for _ in range(self.L):
@@ -81,7 +89,7 @@ class GpuExecutor:
                           dn=rand((h, ffn), device, std=0.02)))
         self.w = w
         self.lnf = rand((h,), device)
-        self.head = rand((s.vocab, h), device, std=0.02)
+        self.head = rand((-(-s.vocab // tp), h), device, std=0.02)
         self.cs = TK.make_cos_sin(MAX_POS, d, device)
         page_bytes = PAGE * self.nkv * d * 2
         self.nblocks = int(kv_pool_gib * 2**30 / 2 / page_bytes)
@@ -149,13 +157,20 @@ class GpuExecutor:
                 self._split_attention(qkv, attn, inp, li)
             else:
                 self._varlen_attention(qkv, attn, inp, li)
-            h = torch.matmul(attn, w["o"].t())
+            h = self._reduce(torch.matmul(attn, w["o"].t()))
             TK.rmsnorm_(h, w["ln2"], res)
-            h = torch.matmul(TK.silu_mul(torch.matmul(h, w["gu"].t())), w["dn"].t())
+            h = self._reduce(torch.matmul(TK.silu_mul(torch.matmul(h, w["gu"].t())), w["dn"].t()))
         rows = inp["rows"]
         hs, rs = h.index_select(0, rows), res.index_select(0, rows)
         TK.rmsnorm_(hs, self.lnf, rs)
         return torch.argmax(torch.matmul(hs, self.head.t()), dim=-1)
+
+    def _reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """The TP all-reduce of a row-parallel projection's output (nothing at TP 1)."""
+        if self.tp > 1:
+            import torch.distributed as dist
+            dist.all_reduce(x)
+        return x
 
     def _split_attention(self, qkv, attn, inp, li):
         nh, nkv, d = self.nh, self.nkv, self.d

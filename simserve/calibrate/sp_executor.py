@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from . import dist_timing as DT
 from . import triton_kernels as TK
 from .executor import MAX_POS, PAGE, GpuExecutor
 from .gpu_ops import _flash
@@ -200,61 +201,21 @@ class SpExecutor(GpuExecutor):
             attn[:P].view(P, R, self.nhl, d).copy_(oback.view(R, P, self.nhl, d).transpose(0, 1))
 
     # -- timing -------------------------------------------------------------------------------
-    def _aligned(self, run, cover_s: float) -> float:
-        """One timed run, ranks lined up on the GPU by a 1-element all-reduce after a GPU sleep
-        that covers the host's enqueue; returns this rank's elapsed µs."""
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        dist.barrier()
-        torch.cuda._sleep(int(cover_s * 2.0e9))
-        dist.all_reduce(self.syncbuf, op=dist.ReduceOp.MAX)
-        e0.record()
-        run()
-        e1.record()
-        torch.cuda.synchronize()
-        return e0.elapsed_time(e1) * 1e3
-
-    def _max_over_ranks(self, vals: list[float]) -> list[float]:
-        t = torch.tensor(vals, device=self.dev, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.tolist()
-
     def measure_sp(self, b: SpBatch, variants=VARIANTS, graph: bool = True, reps: int = 3) -> dict:
         """Median over `reps` of the max over ranks (µs) per variant, queued eager launches
-        (GPU sleep covers the host) and, for "overlap" when `graph`, one CUDA graph replay."""
-        import time
+        (GPU sleep covers the host) and, for "overlap" when `graph`, CUDA graph replays."""
         inp = self.prepare_sp(b)
         out = {}
         for v in variants:
-            t0 = time.perf_counter()
-            self.forward_sp(inp, v)  # warm-up (Triton JIT, cuBLAS, NCCL) and enqueue time
-            host = time.perf_counter() - t0
-            torch.cuda.synchronize()
-            host = self._max_over_ranks([host])[0]
-            ts = [self._aligned(lambda: self.forward_sp(inp, v), min(0.5, 1.5 * host + 2e-3))
-                  for _ in range(reps)]
-            ts = self._max_over_ranks(ts)  # per repeat, the slowest rank
-            out[f"{v}_queued_us"] = sorted(ts)[len(ts) // 2]
+            run = (lambda v=v: self.forward_sp(inp, v))
+            host = DT.host_enqueue_s(run, self.dev)
+            out[f"{v}_queued_us"] = DT.median_of_max(run, min(0.5, 1.5 * host + 2e-3),
+                                                     self.syncbuf, reps)
             out[f"{v}_host_us"] = host * 1e6
         if graph and "overlap" in variants:
-            out["overlap_graph_us"] = self._graph_time(inp, reps)
+            out["overlap_graph_us"] = DT.graph_us(lambda: self.forward_sp(inp, "overlap"),
+                                                  self.syncbuf, reps)
         return out
-
-    def _graph_time(self, inp, reps) -> float | None:
-        ok, g = 1.0, None
-        try:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, capture_error_mode="thread_local"):
-                self.forward_sp(inp, "overlap")
-            torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - fall back to queued timings only
-            ok = 0.0
-        if self._max_over_ranks([1.0 - ok])[0] > 0:
-            return None
-        g.replay()
-        ts = self._max_over_ranks([self._aligned(g.replay, 2e-3) for _ in range(reps)])
-        del g
-        return sorted(ts)[len(ts) // 2]
 
 
 def check_sp(ex: SpExecutor, chunk: int = 384, shards: tuple[int, ...] | None = None) -> float:

@@ -82,10 +82,11 @@ def _fit(a) -> int:
     return 0
 
 
-def _print(d: str, profile: str, cpu_profile: str, model: str) -> int:
+def _print(d: str, profile: str, cpu_profile: str, model: str, tp: int = 1,
+           link: str = "nvlink4") -> int:
     from simserve.validate.plots import plot_folder
     from simserve.validate.report import report
-    r = report(d, profile, cpu_profile, model)
+    r = report(d, profile, cpu_profile, model, tp, link)
     plot_folder(d)
     print(f"{d}: {model}, GPU profile {profile}, CPU profile {cpu_profile}")
     print(f"{'set':26s} {'n':>4s} {'MAPE%':>6s} {'P90%':>6s} {'max%':>6s} {'bias%':>6s}")
@@ -109,7 +110,7 @@ def _print(d: str, profile: str, cpu_profile: str, model: str) -> int:
 def _report(a) -> int:
     if not os.path.isdir(a.dir):
         raise SimserveError(f"{a.dir}: no such measurement folder")
-    return _print(a.dir, a.profile, a.cpu_profile, a.model)
+    return _print(a.dir, a.profile, a.cpu_profile, a.model, a.tp, a.link)
 
 
 def _sp(a) -> int:
@@ -221,5 +222,7 @@ def register(sub) -> None:
     q.set_defaults(handler=_sp_fit)
     q = vs.add_parser("report", help="score a stored measurement folder")
     common(q)
+    q.add_argument("--tp", type=int, default=1, help="TP degree the GPU iterations ran at")
+    q.add_argument("--link", default="nvlink4", help="link profile for TP all-reduces")
     q.add_argument("dir")
     q.set_defaults(handler=_report)

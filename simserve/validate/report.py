@@ -24,11 +24,13 @@ from simserve.validate.store import load_gpu_points
 ALL_GRAPHED = 1 << 30
 
 
-def score_gpu(points_csv: str, profile: str, model: str, mixed_attention: str = "split") -> pd.DataFrame:
+def score_gpu(points_csv: str, profile: str, model: str, mixed_attention: str = "split",
+              tp: int = 1, link: str = "nvlink4") -> pd.DataFrame:
     spec, prof = get_model(model), load_profile(profile, expect_kind="gpu")
-    graph = GpuCostModel(spec, prof, 1, mixed_attention=mixed_attention,
+    nv = load_profile(link, expect_kind="link") if tp > 1 else None
+    graph = GpuCostModel(spec, prof, tp, nv, mixed_attention=mixed_attention,
                          graph_max_tokens=ALL_GRAPHED)
-    eager = GpuCostModel(spec, prof, 1, cuda_graphs=False, mixed_attention=mixed_attention)
+    eager = GpuCostModel(spec, prof, tp, nv, cuda_graphs=False, mixed_attention=mixed_attention)
     rows = []
     for p in load_gpu_points(points_csv):
         rows.append({"i": p["i"], "kind": p["kind"], "batch": vb.describe(p),
@@ -46,12 +48,14 @@ def score_cpu(points_csv: str, profile: str, model: str) -> pd.DataFrame:
                                                   model))
 
 
-def report(val_dir: str, gpu_profile: str, cpu_profile: str, model: str) -> dict:
-    """Scores every stored measurement in `val_dir`; writes scored CSVs and summary.json."""
-    out = {"gpu_profile": gpu_profile, "cpu_profile": cpu_profile, "model": model}
+def report(val_dir: str, gpu_profile: str, cpu_profile: str, model: str, tp: int = 1,
+           link: str = "nvlink4") -> dict:
+    """Scores every stored measurement in `val_dir`; writes scored CSVs and summary.json. GPU
+    iterations measured at TP `tp` are predicted at that TP with `link`'s all-reduce."""
+    out = {"gpu_profile": gpu_profile, "cpu_profile": cpu_profile, "model": model, "tp": tp}
     g = os.path.join(val_dir, "gpu_iterations.csv")
     if os.path.exists(g):
-        df = score_gpu(g, gpu_profile, model)
+        df = score_gpu(g, gpu_profile, model, tp=tp, link=link)
         df.to_csv(os.path.join(val_dir, "gpu_scored.csv"), index=False)
         out["gpu_graph"] = summary(df, "predicted_graph_us", "graph_us")
         e = df[np.isfinite(df.eager_us)]

@@ -1,7 +1,13 @@
-"""Measure Conflux Parallelism iterations on R real GPUs (imports torch; run on the GPU machine).
+"""Measure multi-GPU iterations on R real GPUs (imports torch; run on the GPU machine):
+Conflux Parallelism (`--mode sp`) or tensor parallelism (`--mode tp`).
 
-    python3 -m simserve.validate.sp_run --out DIR [--models qwen3-14b,llama-3.1-8b] [--n 150]
-        [--budget-s 200] [--nproc 2]
+    python3 -m simserve.validate.sp_run --out DIR [--mode sp|tp] [--models qwen3-14b,llama-3.1-8b]
+        [--n 150] [--budget-s 200] [--nproc 2]
+
+`--mode tp`: the single-GPU validation batches (`batches.gpu_batches`) through `GpuExecutor`
+at TP R (heads, FFN and vocabulary sharded, NCCL all-reduces after O and down), as a CUDA-graph
+replay and with queued eager launches; rows in DIR/<model>-tp<R>/gpu_iterations.csv, scored by
+`simserve validate report DIR/<model>-tp<R> --tp R`.
 
 One process per GPU (NCCL; NVLink multicast forced off). Per model: a correctness check of the
 Ulysses attention path against full-head attention, then `sp_batches` measured in the three
@@ -69,6 +75,52 @@ def _model(rank, world, a, model, deadline, log):
     return {"batches": done, "check_rel_err": err, "graph": graph_ok}
 
 
+def _model_tp(rank, world, a, model, deadline, log):
+    import torch
+    import torch.distributed as dist
+
+    from simserve.calibrate import dist_timing as DT
+    from simserve.calibrate.executor import ExecBatch, GpuExecutor
+    from simserve.validate.batches import gpu_batches
+    from simserve.validate.device_run import GPU_COLS, Rows
+    ex = GpuExecutor(model, kv_pool_gib=a.kv_pool_gib, launch="graph", seed=rank, tp=world)
+    sync = torch.ones(1, device=f"cuda:{rank}")
+    rows = None
+    if rank == 0:
+        out = os.path.join(a.out, f"{model}-tp{world}")
+        os.makedirs(out, exist_ok=True)
+        rows = Rows(os.path.join(out, "gpu_iterations.csv"), GPU_COLS)
+    graph_ok, done = True, 0
+    for i, b in enumerate(gpu_batches(a.n, seed=a.seed)):
+        flag = torch.tensor([1.0 if time.monotonic() > deadline else 0.0], device=sync.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() > 0:
+            log(f"{model} TP{world}: deadline after {done} batches")
+            break
+        inp = ex.prepare(ExecBatch(b["chunks"], b["chunk_ctx"], b["chunk_sample"], b["decode_ctx"]))
+        run = (lambda: ex.forward(inp))
+        host = DT.host_enqueue_s(run, sync.device)
+        q = DT.median_of_max(run, min(0.5, 1.5 * host + 2e-3), sync, 2)
+        g = DT.graph_us(run, sync, 3) if graph_ok else None
+        if graph_ok and g is None:
+            graph_ok = False
+            log(f"{model} TP{world}: CUDA graph capture failed; queued timings only from here")
+        if rows:
+            rows.add(i=i, kind=b["kind"], chunks=json.dumps(b["chunks"]),
+                     chunk_ctx=json.dumps(b["chunk_ctx"]), chunk_sample=json.dumps(b["chunk_sample"]),
+                     decode_ctx=json.dumps(b["decode_ctx"]),
+                     graph_us=round(g if g is not None else q, 2), queued_us=round(q, 2),
+                     eager_us="", host_enqueue_us=round(host * 1e6, 1),
+                     graph_spread_pct="", starved="" if g is not None else "no graph")
+        if i % 20 == 0:
+            log(f"{model} TP{world} {i}: {b['kind']} T={sum(b['chunks']) + len(b['decode_ctx'])} "
+                f"B={len(b['decode_ctx'])} graph {g or float('nan'):.0f}us queued {q:.0f}us")
+        done += 1
+        if done % 40 == 0:
+            torch.cuda.empty_cache()
+    return {"batches": done, "graph": graph_ok}
+
+
 def worker(rank: int, world: int, a) -> None:
     import torch
     import torch.distributed as dist
@@ -94,15 +146,17 @@ def worker(rank: int, world: int, a) -> None:
         meta["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
     for model in a.models.split(","):
         try:
-            meta["models"][model] = _model(rank, world, a, model,
-                                           time.monotonic() + a.budget_s, log)
+            fn = _model if a.mode == "sp" else _model_tp
+            meta["models"][f"{model}-{a.mode}{world}"] = fn(rank, world, a, model,
+                                                            time.monotonic() + a.budget_s, log)
         except Exception:  # noqa: BLE001 - keep the other model's points
             log(f"{model} failed:\n{traceback.format_exc()}")
-            meta["models"][model] = {"failed": traceback.format_exc()[-800:]}
+            meta["models"][f"{model}-{a.mode}{world}"] = {"failed": traceback.format_exc()[-800:]}
             break  # a failed collective can leave the group unusable
+        torch.cuda.empty_cache()
         if rank == 0:
             meta["wall_s"] = time.monotonic() - t0
-            with open(os.path.join(a.out, "meta.json"), "w") as f:
+            with open(os.path.join(a.out, f"meta-{a.mode}.json"), "w") as f:
                 json.dump(meta, f, indent=1, default=str)
     dist.destroy_process_group()
 
@@ -114,6 +168,7 @@ def _spawned(rank, world, a):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
+    p.add_argument("--mode", default="sp", choices=["sp", "tp"])
     p.add_argument("--models", default="qwen3-14b,llama-3.1-8b")
     p.add_argument("--n", type=int, default=150)
     p.add_argument("--seed", type=int, default=3)
