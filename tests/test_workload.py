@@ -235,6 +235,30 @@ def test_build_synthetic_same_requests_at_every_rate():
         build_workload("synthetic-code", num_requests=10, arrival="poison", rate=1.0, seed=0)
 
 
+def test_dualpace_synthetic_matches_paper_means():
+    """DualPace Fig. 8's means (1599/114 conversation, 2348/22 code) with the full-trace
+    Azure shapes: same p95/p50 spread, every length scaled by one factor per side."""
+    from simserve.workload.synthetic import SYNTHETIC, clipped_lognormal_mean
+    for name, base, pm, om in (("synthetic-dualpace-conversation", "synthetic-conversation",
+                                1599, 114),
+                               ("synthetic-dualpace-code", "synthetic-code", 2348, 22)):
+        s, b = SYNTHETIC[name], SYNTHETIC[base]
+        assert s.prompt_mean == pytest.approx(pm, rel=1e-3)
+        assert s.output_mean == pytest.approx(om, rel=2e-3)  # output bounds rounded to ints
+        assert s.prompt_p95 / s.prompt_p50 == pytest.approx(b.prompt_p95 / b.prompt_p50)
+        assert s.output_p95 / s.output_p50 == pytest.approx(b.output_p95 / b.output_p50)
+        w = build_workload(name, num_requests=2000, arrival="poisson", rate=2.0, seed=0)
+        assert w.prompt_tokens.mean() == pytest.approx(pm, rel=0.04)
+        assert w.output_tokens.mean() == pytest.approx(om, rel=0.04)
+        big = s.generate(200_000, 1)
+        assert big.prompt_tokens.mean() == pytest.approx(pm, rel=0.01)
+        assert big.output_tokens.mean() == pytest.approx(om, rel=0.02)
+    # the clipped mean: no clipping gives the lognormal mean, a tight clip gives the bound
+    assert clipped_lognormal_mean(100, 200) == pytest.approx(
+        100 * np.exp(0.5 * (np.log(2) / 1.6448536269514722) ** 2))
+    assert clipped_lognormal_mean(100, 200, lo=1, hi=2) == pytest.approx(2, rel=1e-9)
+
+
 def test_build_trace_order_and_cache(monkeypatch):
     path = shared(AZ_CONV)
     calls = []

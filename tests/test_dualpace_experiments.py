@@ -1,0 +1,75 @@
+"""experiments/dualpace: every file parses, follows the paper's setup, and paper_rates.py's
+ratio text carries censoring through."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from simserve.experiment.capacity import Capacity, parse_target
+from simserve.experiment.config import load_experiment
+from simserve.experiment.sweep import load_sweep
+
+DIR = Path(__file__).resolve().parents[1] / "experiments" / "dualpace"
+
+
+def _paper_rates():
+    spec = importlib.util.spec_from_file_location("paper_rates", DIR / "paper_rates.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("path", sorted(DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_files_parse(path):
+    sw = load_sweep(path)
+    assert sw.points
+    for sp in sw.points:
+        assert sp.cfg.workload.num_requests in (300, 2000)
+        assert sp.cfg.workload.arrival == "poisson"
+
+
+def test_figure_files_run_the_three_policies_on_the_paper_hardware():
+    pr = _paper_rates()
+    hw = {"llama8b-rtx4090": ("rtx4090", 1, "xeon-silver-4510", 12),
+          "qwen14b-2xh20": ("h20", 2, "xeon-8469c", 24),
+          "qwen32b-4xh20": ("h20", 4, "xeon-8469c", 48)}
+    for stem, (_, _, tp, _) in pr.PAPER.items():
+        cfg = load_experiment(DIR / f"{stem}.yaml")
+        assert {p.name for p in cfg.policies} == {"vllm", "neo", "dualpace"}
+        key = next(k for k in hw if k in stem)
+        h = cfg.hardware
+        assert (h.gpu, h.num_gpus, h.cpu, h.cpu_cores) == hw[key]
+        assert all(p.config.tp == tp for p in cfg.policies if p.name != "dualpace")
+        assert cfg.workload.trace == ("azure-code" if "-code-" in stem else "azure-conv")
+        rates = pr.PAPER_MEANS_RATES[stem]
+        assert rates == sorted(rates) and len(rates) >= 10
+
+
+def test_fig11_variants():
+    a = load_sweep(DIR / "fig11a-15a-cpu-tp.yaml")
+    got = {(sp.variant, sp.policy, sp.cfg.hardware.cpu_cores,
+            getattr(sp.cfg.policies[0].config, "cpu_tp", None)) for sp in a.points}
+    assert got == {("cpu-tp1", "dualpace", 12, 1), ("cpu-tp1", "neo", 12, None),
+                   ("cpu-tp1", "vllm", 12, None), ("cpu-tp2", "dualpace", 24, 2)}
+    b = load_sweep(DIR / "fig11b-15b-host-kv.yaml")
+    for sp in b.points:
+        if sp.policy != "vllm":
+            assert sp.cfg.policies[0].config.host_kv_gib == int(sp.variant[2:])
+
+
+def _cap(rate, censored=False, lo=1.0, hi=8.0):
+    return Capacity({}, parse_target("p99_ttft_ms<=5000"), rate, censored, lo, hi)
+
+
+def test_ratio_text_censoring():
+    r = _paper_rates().ratio_text
+    assert r(_cap(4.0), _cap(2.0)) == "2.00"
+    assert r(_cap(8.0, True), _cap(2.0)) == "≥ 4.00"            # a met everywhere
+    assert r(_cap(4.0), _cap(8.0, True)) == "≤ 0.50"            # b met everywhere
+    assert r(_cap(4.0), _cap(math.nan, True, lo=2.0)) == "≥ 2.00"   # b failed at its lowest
+    assert r(_cap(math.nan, True, lo=2.0), _cap(4.0)) == "≤ 0.50"
+    assert r(_cap(8.0, True), _cap(8.0, True)) == "—"
+    assert r(None, _cap(2.0)) == "—"
