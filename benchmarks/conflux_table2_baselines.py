@@ -10,6 +10,11 @@ Qwen3-14B on 4x H100 (TP4), 96 resident decodes at 8K context, prompts of Toolag
   rest, slowed by beta; tokens/s = prompt / prefill time.
 Paper (req/s, 50 / 100 ms): Chunked 4.17 / 5.92, MuxWise 4.38 / 5.43 (MuxWise / Chunked =
 1.05 / 0.92). The ratio is what this reproduces; absolute req/s depend on the prompt mix.
+
+An analytic cross-check only: one prompt length (the median), each chunk at half of it as
+context, the average iteration held to τ. `conflux_table2.py` simulates both policies on the
+Toolagent-shaped mix instead (whose token-weighted chunk context is 7.5K, not 3.2K, and whose
+long-context chunks set chunked prefill's p99 gap), as it does ConfluxServe and LoongServe.
 """
 from __future__ import annotations
 

@@ -275,19 +275,25 @@ def sustainable_rate(rates, values, target: float) -> tuple[float, bool]:
 
 
 def max_rate_meeting(rates, attainment, threshold: float = 0.95) -> tuple[float, bool]:
-    """Highest rate with attainment >= threshold (ConfluxServe goodput at 95%).
+    """Goodput: the highest rate a system *sustains* with attainment >= threshold
+    (ConfluxServe §8.1: "the maximum sustainable request rate at which at least 95 % of
+    requests are SLO-compliant"; Fig. 12: "the maximum arrival rate a system sustains").
 
-    Interpolates between the last passing point and the next (failing) one; if the curve dips
-    and recovers, the later passing point wins. Censoring as in `sustainable_rate`: no point
-    passes -> (nan, True); the highest rate passes -> (highest rate, True).
+    The first crossing, as `sustainable_rate`: the rates are walked upward and the curve is cut
+    at the first point below the threshold (NaN fails), interpolating between it and the last
+    passing point before it. A later recovery does not count: past saturation a finite run can
+    pass again spuriously (SRPT serves the short requests and starves a tail smaller than
+    1 − threshold), but no rate above a failing one is sustained. (At main 8821cc1 the last
+    passing point won, which reported MuxWise++ on QwenA as "≥ 20" across a failure at 16.)
+    Censoring: the lowest rate fails -> (nan, True); no rate fails -> (highest rate, True).
     """
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold: expected a fraction in (0, 1], got {threshold!r}")
     r, v = _curve(rates, attainment)
-    ok = np.flatnonzero(v >= threshold)
-    if ok.size == 0:
-        return math.nan, True
-    p = int(ok[-1])
-    if p == len(r) - 1:
+    fail = ~(v >= threshold)
+    if not fail.any():
         return float(r[-1]), True
-    return _between(r, -v, p, -threshold)  # attainment falls with rate: mirror it
+    j = int(np.argmax(fail))
+    if j == 0:
+        return math.nan, True
+    return _between(r, -v, j - 1, -threshold)  # attainment falls with rate: mirror it

@@ -98,9 +98,10 @@ def test_noisy_non_monotone_curves():
     # latency: the first crossing counts (4 + 4000·4/5000 = 7.2), not the later dip at 12
     c = one(recs("a", [4, 8, 12, 16], [1000, 6000, 3000, 8000]), TTFT5)
     assert c.rate == pytest.approx(7.2) and not c.censored
-    # attainment: the highest rate meeting it wins: 12 + 0.02·4/0.47
+    # attainment too (goodput is the highest *sustained* rate): 4 + 0.05·4/0.1, not the
+    # recovery at 12
     c = one(recs("a", [16, 4, 12, 8], [0.5, 1.0, 0.97, 0.9], "slo_attainment"), ATT95)
-    assert c.rate == pytest.approx(12 + 0.02 * 4 / 0.47) and not c.censored
+    assert c.rate == pytest.approx(4 + 0.05 * 4 / 0.1) and not c.censored
 
 
 def test_nan_point_fails_and_is_not_interpolated_to():

@@ -262,8 +262,13 @@ def test_sustainable_rate_censoring():
 
 def test_max_rate_meeting():
     assert max_rate_meeting([1, 2, 3, 4], [1.0, 0.99, 0.9, 0.5]) == (pytest.approx(2 + 0.04 / 0.09), False)
-    # Dip and recovery: the highest passing rate wins (unlike sustainable_rate's first crossing).
-    assert max_rate_meeting([1, 2, 3, 4], [0.96, 0.9, 0.97, 0.5]) == (pytest.approx(3 + 0.02 / 0.47), False)
+    # Dip and recovery: the first crossing counts, as in sustainable_rate (no rate above a
+    # failing one is sustained); the recovery at 3 does not.
+    assert max_rate_meeting([1, 2, 3, 4], [0.96, 0.9, 0.97, 0.5]) == (pytest.approx(1 + 0.01 / 0.06), False)
+    # a recovery up to the highest rate is not "at least the highest rate" either
+    assert max_rate_meeting([1, 2, 3], [0.99, 0.9, 0.99]) == (pytest.approx(1 + 0.04 / 0.09), False)
+    # a NaN point fails: the last passing rate before it, censored (cannot interpolate)
+    assert max_rate_meeting([1, 2, 3], [0.99, math.nan, 0.99]) == (1.0, True)
     assert max_rate_meeting([1, 2, 3], [0.99, 0.98, 0.96]) == (3.0, True)
     r, c = max_rate_meeting([1, 2, 3], [0.9, 0.8, 0.7])
     assert math.isnan(r) and c

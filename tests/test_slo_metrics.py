@@ -70,6 +70,21 @@ def test_goodput_interpolates_and_censors():
     assert cap.rate == pytest.approx(2.375) and not cap.censored
 
 
+def test_goodput_is_not_fooled_by_a_recovery_past_saturation():
+    """ConfluxServe Fig. 16, QwenA, MuxWise++ as simulated at main 8821cc1: attainment 95.0 %
+    at 14 req/s, 54.9 % at 16, then 95.0-95.4 % at 18-20 (SRPT starving a sub-5 % tail in a
+    finite run).
+    Goodput is where the curve first drops below 95 %, not "at least 20"."""
+    rates = [4, 6, 8, 10, 12, 14, 16, 18, 20]
+    att = [1.0, 1.0, 1.0, 0.992, 0.979, 0.950, 0.549, 0.950, 0.954]
+    r, censored = max_rate_meeting(rates, att)
+    assert not censored and 14.0 <= r < 14.01
+    recs = [{"policy": "muxwise++", "request_rate": x, "slo_attainment": a}
+            for x, a in zip(rates, att)]
+    cap, = grid_capacity(recs, [parse_target("slo_attainment>=95%")])
+    assert cap.rate == pytest.approx(r) and cap.text == "14"
+
+
 def test_distserve_isolated_request_meets_an_slo_just_above_its_ttft():
     from simserve.cost import GpuCostModel
     from simserve.hardware.setup import HardwareConfig, resolve_hardware

@@ -85,7 +85,8 @@ def _method_line(t: Target, bisect: bool, rtol, atol) -> str:
             f" or {atol:g} req/s" if atol else "")
         return (f"target {t}: adaptive bisection to a bracket within {tol}; the rate is "
                 "interpolated inside the final bracket")
-    conv = ("first crossing" if t.op == "<=" else "highest rate meeting it")
+    conv = ("first crossing" if t.op == "<=" else
+            "first crossing: the highest rate below which it is never missed")
     return (f"target {t}: linear interpolation between measured rates ({conv}), "
             "never extrapolated; seeds averaged per rate")
 

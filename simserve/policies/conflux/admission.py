@@ -148,6 +148,7 @@ def schedule_iteration(pending: Sequence[PendingPrefill], ranks: Sequence[RankSt
             s = tentative[g]
             tentative[g] = replace(s, num_decodes=s.num_decodes + 1,
                                    decode_ctx_tokens=s.decode_ctx_tokens + total,
+                                   decode_max_ctx=max(s.decode_max_ctx, total),
                                    kv_used_blocks=s.kv_used_blocks + kv_blocks(total, block_size))
             placements.append((p.req_id, g))
         ap = [a + x for a, x in zip(ap, per_rank)]

@@ -31,6 +31,7 @@ class RankState:
     decode_ctx_tokens: int = 0    # Σ context of those decodes
     kv_used_blocks: int = 0       # KV blocks in use (placement only)
     kv_total_blocks: int = 0      # KV pool size (placement only)
+    decode_max_ctx: int = 0       # longest resident decode context (a profiled f_D prices it)
 
     @property
     def kv_util(self) -> float:
@@ -97,7 +98,8 @@ class _Search:
         self.nd = [r.num_decodes for r in ranks]
         self.loads = [a + d for a, d in zip(self.ap, self.nd)]
         self.work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
-        self.t_d = est.decode_path(self.nd, [r.decode_ctx_tokens for r in ranks])
+        self.t_d = est.decode_path(self.nd, [r.decode_ctx_tokens for r in ranks],
+                                   [r.decode_max_ctx for r in ranks])
 
     def room(self, level: int) -> int:
         """B(level): tokens that fit below `level` on top of the current loads."""

@@ -18,12 +18,14 @@ _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
 
 
 class XpInstance(SpRanksEngine):
+    margin = 0.0  # dispatch headroom (ConfluxConfig.tbt_margin, resolved by the policy)
+
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
         self._grow_decodes()
         nd, dctx = self._rank_states()
-        states = [RankState(n, c, p.num_used, p.num_blocks)
-                  for n, c, p in zip(nd, dctx, self.pools)]
+        states = [RankState(n, c, p.num_used, p.num_blocks, m)
+                  for n, c, p, m in zip(nd, dctx, self.pools, self._rank_max())]
         pend = np.asarray(self.pending, dtype=np.int64)
         chunks = []
         if len(pend):
@@ -37,7 +39,7 @@ class XpInstance(SpRanksEngine):
                 specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
                 self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
                 quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
-                max_level=cfg.max_tokens_per_rank)
+                max_level=cfg.max_tokens_per_rank, margin=self.margin)
         if not chunks and not any(nd):
             return None
         n_p = [0] * R

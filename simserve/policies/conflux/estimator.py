@@ -7,12 +7,18 @@
 
 Assumption (not in the paper): a path with no work contributes nothing, so an empty prefill
 path drops T_P, a rank without decodes does not enter T_D, and an empty iteration costs 0.
+
+`decode_fn` (optional): f_D evaluated from the decode-attention profile of each rank's actual
+decode set (decodes, Σ context, longest context) instead of the affine fit in Σ context. The
+decode set is fixed while a dispatch searches its water level, so T_D needs no closed form; the
+profile's split-K decode kernel has a straggler tail set by the longest context, which an affine
+f_D(Σ c) cannot express (see `fit.fit_from_cost`).
 Times are in whatever unit the coefficients were fitted in (seconds when fitted from simserve's
 cost model); compare them with τ in the same unit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -46,12 +52,22 @@ class ConfluxEstimator:
     beta: float = 1.0
     num_layers: int = 1
     overlap: bool = True  # False: T_P + T_D instead of max(β·T_P, α·T_D) (Fig. 13 ablation)
+    # f_D from the profile: (decodes, Σ context, longest context) -> seconds per layer; None:
+    # the affine a_D·Σc + a_D0 of Eq. 8
+    decode_fn: Callable[[int, int, int | None], float] | None = field(default=None, compare=False,
+                                                                        repr=False)
+
+    _NUMERIC = ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0", "alpha",
+                "beta", "num_layers")
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in self._NUMERIC:
+            v = getattr(self, name)
             if not np.isfinite(v) or v < 0:
-                raise ConfigError(f"ConfluxEstimator.{f.name}: expected a finite value >= 0, got {v!r}")
+                raise ConfigError(f"ConfluxEstimator.{name}: expected a finite value >= 0, got {v!r}")
+        if self.decode_fn is not None and not callable(self.decode_fn):
+            raise ConfigError(f"ConfluxEstimator.decode_fn: expected a callable or None, got "
+                              f"{self.decode_fn!r}")
         if self.alpha <= 0 or self.beta <= 0:
             raise ConfigError(f"ConfluxEstimator.alpha/beta: expected > 0, got {self.alpha}, {self.beta}")
         if int(self.num_layers) != self.num_layers or self.num_layers < 1:
@@ -59,9 +75,16 @@ class ConfluxEstimator:
                               f"got {self.num_layers!r}")
 
     # -- the pieces, so that dispatch can precompute what does not change during its search --
-    def decode_path(self, n_d: Sequence[int], decode_ctx: Sequence[int]) -> float | None:
-        """T_D, or None when no rank holds a decode."""
-        t = [self.a_d * c + self.a_d0 for n, c in zip(n_d, decode_ctx) if n > 0]
+    def decode_path(self, n_d: Sequence[int], decode_ctx: Sequence[int],
+                    decode_max: Sequence[int] | None = None) -> float | None:
+        """T_D, or None when no rank holds a decode. `decode_max`: each rank's longest decode
+        context (used by `decode_fn` only; None: contexts taken as equal)."""
+        if self.decode_fn is not None:
+            dm = [None] * len(n_d) if decode_max is None else decode_max
+            t = [self.decode_fn(int(n), int(c), None if m is None or m <= 0 else int(m))
+                 for n, c, m in zip(n_d, decode_ctx, dm) if n > 0]
+        else:
+            t = [self.a_d * c + self.a_d0 for n, c in zip(n_d, decode_ctx) if n > 0]
         return max(t) if t else None
 
     def combine(self, max_tokens: int, max_prefill_tokens: int, prefill_work_sum: float,
@@ -83,7 +106,8 @@ class ConfluxEstimator:
         return self.num_layers * (t_gemm + attn)
 
     def paths(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
-              prefills: Sequence[tuple[int, int]]) -> tuple[float, float, float]:
+              prefills: Sequence[tuple[int, int]],
+              decode_max: Sequence[int] | None = None) -> tuple[float, float, float]:
         """Per layer: T_GEMM, T_P and T_D before the contention factors (NaN for an empty
         path), so that α and β can be varied over many batches at once (`estimate_many`)."""
         t_gemm = self.gamma * max(p + d for p, d in zip(n_p, n_d)) + self.gamma0
@@ -91,15 +115,17 @@ class ConfluxEstimator:
         if sum(n_p) > 0:
             work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
             t_p = (self.a_comm * max(n_p) + self.a_comm0 + self.a_p * work / len(n_d) + self.a_p0)
-        t_d = self.decode_path(n_d, decode_ctx)
+        t_d = self.decode_path(n_d, decode_ctx, decode_max)
         return t_gemm, t_p, np.nan if t_d is None else t_d
 
     def iteration_time(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
-                       prefills: Sequence[tuple[int, int]]) -> float:
+                       prefills: Sequence[tuple[int, int]],
+                       decode_max: Sequence[int] | None = None) -> float:
         """T_iter of one iteration.
 
         n_p: prefill tokens per rank; n_d: decodes per rank; decode_ctx: Σ decode context per rank;
-        prefills: (chunk ℓ_i, context c_i) of every scheduled chunk (their tokens are n_p's total).
+        prefills: (chunk ℓ_i, context c_i) of every scheduled chunk (their tokens are n_p's total);
+        decode_max: each rank's longest decode context (optional, for `decode_fn`).
         """
         n = len(n_d)
         if n == 0 or len(n_p) != n or len(decode_ctx) != n:
@@ -107,7 +133,8 @@ class ConfluxEstimator:
                              f"{len(n_p)}, {len(n_d)}, {len(decode_ctx)}")
         max_tokens = max(p + d for p, d in zip(n_p, n_d))
         work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
-        return self.combine(max_tokens, max(n_p), work, n, self.decode_path(n_d, decode_ctx))
+        return self.combine(max_tokens, max(n_p), work, n,
+                            self.decode_path(n_d, decode_ctx, decode_max))
 
 
 CONTENTION_GRID = np.round(np.arange(1.0, 3.001, 0.02), 2)  # α, β ≥ 1: never a speed-up

@@ -34,13 +34,15 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   held_shard: Sequence[int], ranks: Sequence[RankState], free: Sequence[int],
                   est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
                   quantum: int, eta: float, headroom: float, block_size: int,
-                  max_level: int) -> tuple[int, list[Chunk]]:
+                  max_level: int, margin: float = 0.0) -> tuple[int, list[Chunk]]:
     """(B0, accepted chunks in scheduling order). `needs_decode[k]`: pending[k] decodes after its
     first (next) token; `held_shard[k]`: shard blocks it already holds per rank; `free`: free
-    blocks per rank after this iteration's decode growth."""
+    blocks per rank after this iteration's decode growth. Dispatch keeps the estimate within
+    τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
     R = len(ranks)
     ap = [0] * R
-    b0 = dispatch(tau, est, ranks, ap, None, quantum, max_level=max_level)
+    tau_d = tau * (1.0 - margin)
+    b0 = dispatch(tau_d, est, ranks, ap, None, quantum, max_level=max_level)
     admitted, rejected = ADMISSION[admission](pending, b0, now_s, tau)
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
@@ -48,7 +50,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     prefills: list[tuple[int, int]] = []
     out: list[Chunk] = []
     for p in admitted + rejected:
-        ell, per = dispatch(tau, est, ranks, ap, Candidate(p.remaining_tokens, p.context_tokens),
+        ell, per = dispatch(tau_d, est, ranks, ap, Candidate(p.remaining_tokens, p.context_tokens),
                             quantum, prefills, max_level=max_level)
         if ell == 0:
             break  # TBT-safe budget used up
@@ -70,6 +72,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             s = tentative[g]
             tentative[g] = replace(s, num_decodes=s.num_decodes + 1,
                                    decode_ctx_tokens=s.decode_ctx_tokens + total,
+                                   decode_max_ctx=max(s.decode_max_ctx, total),
                                    kv_used_blocks=s.kv_used_blocks + dest)
             free[g] -= dest
         free = [f - new for f in free]

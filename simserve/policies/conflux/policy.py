@@ -13,7 +13,7 @@ from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
-from simserve.policies.conflux.fit import fit_from_cost
+from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost
 from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
 from simserve.sim.context import SimContext
 from simserve.sim.memory import gpu_kv_budget
@@ -38,7 +38,8 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
                            overlap=cfg.overlap)
     except ValueError as exc:
         raise ConfigError(f"policy conflux: {exc}") from None
-    est = fit_from_cost(cost, None, None, cfg.max_tokens_per_rank, cfg.quantum)
+    est = fit_from_cost(cost, alpha, beta, cfg.max_tokens_per_rank, cfg.quantum,
+                        cfg.decode_estimate)
     if not cfg.overlap:
         est = dataclasses.replace(est, overlap=False)
     kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
@@ -48,16 +49,20 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
         raise ConfigError(f"policy conflux: tp: no memory left for KV on {hw.gpu.name} at TP"
                           f"{cfg.tp} ({kv.summary()}); use a larger base TP degree")
     check_fits(ctx, blocks, cfg.block_size, "conflux", kv.kv_bytes / 2**30, cfg.headroom)
+    # dispatch headroom: configured, or calibrated for this estimator at this τ (config.py)
+    margin = cfg.tbt_margin if cfg.tbt_margin is not None else \
+        calibrate_margin(cost, est, cfg.tbt_ms * 1e-3)
     per = hw.num_gpus // cfg.instances
     xs = [XpInstance(ctx, cfg, i, list(range(i * per, (i + 1) * per)), cost, est, blocks)
           for i in range(cfg.instances)]
     for x in xs:
+        x.margin = margin
         ctx.env.process(x.run())
     ctx.stats["engines"] = [dict(kv.summary(), num_gpu_blocks=blocks, instance=x.index,
                                  rank=r, gpus=x.rank_gpus[r]) for x in xs for r in range(R)]
     ctx.stats["_engines"] = [RankView(p) for x in xs for p in x.pools]
     ctx.stats["conflux"] = counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
-                                       "ranks_per_instance": R}
+                                       "ranks_per_instance": R, "tbt_margin": margin}
     for x in xs:
         x.counters = counters
     ctx.stats["estimator"] = {k: getattr(est, k) for k in
