@@ -30,47 +30,61 @@ from simserve.sim.leap import largest_k
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
 
 
+class Round:
+    """One leapt round: its MainRun (start, stages, shifts), its end, the assists served at
+    its boundaries, the one served right after it (it came in the post-layer) if any, and
+    where the CPU batch stands after it (next act, assists done)."""
+
+    __slots__ = ("run", "end", "served", "after", "next_s", "j")
+
+    def __init__(self, run, end, served, after, next_s, j):
+        self.run, self.end, self.served, self.after = run, end, served, after
+        self.next_s, self.j = next_s, j
+
+
 class Leap:
-    """Decode-only rounds worked out at `start`: their MainRuns with the assists served in
-    them; `end` is when the last one ends."""
+    """Decode-only rounds worked out at once; `end` is when the last one ends."""
 
     def __init__(self, eng, ids: np.ndarray):
         self.eng, self.ids = eng, ids
-        self.runs: list = []          # (MainRun, end, [(service, assist)...]) per round
-        self.j = None                 # the CPU batch's position after the leap
-        self.next_s = None
+        self.rounds: list[Round] = []
 
     @property
     def end(self) -> float:
-        return self.runs[-1][1]
+        return self.rounds[-1].end
 
     def commit(self) -> None:
-        """Account what happened before `end`: worker, channels, the CPU batch's position."""
+        """Account what happens before `end`: worker, channels, the CPU batch's position."""
         eng = self.eng
         w, st, ex = eng.worker, eng.st, eng.cpu.ex
-        for run, end, served in self.runs:
-            for sv, (h2d, _, d2h) in served:
+        h2d, _, d2h, _ = ex.layer or (0, 0, 0, 0)
+        for r in self.rounds:
+            for sv in r.served:
                 w.count(sv, h2d, d2h)
+            run = r.run
             w.main_busy_s += (run.end - run.start) - run.shift
             if w.run_log is not None:
                 w.run_log.append((run.start, run.end))
             if st.log is not None:
-                st.log.append((run.start, end, "gpu", self.ids.copy()))
-        if self.j is not None:
-            ex.j, ex.next_s = self.j, self.next_s
+                st.log.append((run.start, r.end, "gpu", self.ids.copy()))
+            if r.after is not None:
+                w.count(r.after, h2d, d2h)
+        last = self.rounds[-1]
+        if last.j is not None:
+            ex.j, ex.next_s = last.j, last.next_s
 
     def apply(self) -> None:
         """At `end`: KV, tokens, finished requests (as k rounds of `GpuEngine._forward`)."""
         eng = self.eng
         st, t, ids, bs = eng.st, eng.ctx.table, self.ids, eng.pool.block_size
-        k = len(self.runs)
+        k = len(self.rounds)
         c, held = t.computed[ids], t.blocks[ids]
         grown = np.maximum(held, -(-(c + k) // bs))
         eng.pool.allocate(int(grown.sum() - held.sum()))
         t.blocks[ids] = grown
         t.computed[ids] = c + k
         if k > 1:
-            t.emit_many(ids, np.array([e for _, e, _ in self.runs[:-1]]))
+            t.emit_many(ids, np.array([r.end for r in self.rounds[:-1]]))
         done = t.emit(ids, self.end)
         if len(done):
             on_gpu = done[st.owner[done] == GPU]
@@ -95,7 +109,7 @@ def plan_leap(eng, plan) -> Leap | None:
         return None
     now = eng.ctx.env.now
     ex, N = cpu.ex, eng.N
-    soft, nxt = False, None
+    soft, j = False, None
     if cpu.in_batch:
         a = ex.next_s                         # the CPU batch's next act
         if a is None or not a > now:
@@ -112,34 +126,47 @@ def plan_leap(eng, plan) -> Leap | None:
     bs, free, H = eng.pool.block_size, eng.pool.num_free, int(held.sum())
     kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
     kmax = largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
-    if kmax < 1:
-        return None
     B, S0, cmax0 = len(ids), int((c + 1).sum()), int(c.max()) + 1
     arrival = eng.ctx.source.next_arrival_s
+    host_s = w.host_s
     lp = Leap(eng, ids)
-    s = now
+    s = p = now            # the next round's start, and when it was planned
     for i in range(kmax):
-        if i and not s < arrival:
+        if i and not p < arrival:
             break
         run = eng._stages(eng._decode_s(B, S0 + B * i, cmax0 + i), B, B)
         run.start = run.arm = s
         E = run.expected_end()
-        served = []
-        a_i, j_i = a, (j if soft else None)
-        while soft and j_i < N - 1 and a_i < E:   # Fused-Assist assists in this round
-            sv = w.service(run, a_i, h2d, gpu_s, d2h)
-            if sv is None:                        # in the post-layer: served after it
-                return lp if lp.runs else None
+        served, after = [], None
+        while soft and j < N - 1 and a < E:   # Fused-Assist assists during this round
+            sv = w.service(run, a, h2d, gpu_s, d2h)
+            if sv is None:
+                # in the post-layer: the worker waits the batch out, then serves it (with
+                # the GPU free, both channels free) before the next round can start
+                E = a + max(0.0, run.end - a)
+                t1 = E + (host_s + gpu_s)
+                t2 = t1 + sv_time(w.h2d, h2d)
+                t3 = t2 + sv_time(w.d2h, d2h)
+                after = (None, E, t3, w.h2d.duration_s(h2d) if h2d else None,
+                         w.d2h.duration_s(d2h) if d2h else None)
+                a, j = t3 + nxt, j + 1
+                break
             w.shift(run, sv)
-            served.append((sv, (h2d, gpu_s, d2h)))
-            a_i, j_i = sv[2] + nxt, j_i + 1
+            served.append(sv)
+            a, j = sv[2] + nxt, j + 1
             E = run.expected_end()
-        if not a_i > E:                           # the CPU engine acts during this round
+        if not a > E:                         # the CPU engine acts during this round
             break
-        lp.runs.append((run, E, served))
-        if soft:
-            a, j = a_i, j_i
-            if served:
-                lp.j, lp.next_s = j, a
-        s = E
-    return lp if lp.runs else None
+        lp.rounds.append(Round(run, E, served, after, a, j))
+        p = E
+        s = E if after is None else after[2]
+    # a round followed by an assist service ends the leap only if the next round is leapt too
+    # (the next plan's transfers would share the channels with it)
+    while lp.rounds and lp.rounds[-1].after is not None:
+        lp.rounds.pop()
+    return lp if lp.rounds else None
+
+
+def sv_time(ch, nbytes: float) -> float:
+    """A transfer's time on a free channel (0 without bytes: no transfer at all)."""
+    return ch.duration_s(nbytes) if nbytes else 0.0

@@ -116,13 +116,15 @@ class GpuWorker:
     def try_serve(self, h2d_bytes: float, gpu_s: float, d2h_bytes: float):
         """The time an assist asked for now completes, when the running main batch serves it
         at its next boundary with both channels free; None: `submit` it instead."""
-        if self.copies is not None:
-            self.copies.interrupt()          # its copies now share the D2H channel
-            return None
-        run, now = self.run, self.env.now
+        run, now, cs = self.run, self.env.now, self.copies
         if (run is None or not self.closed_form or self.queue or run.pending is not None
                 or now >= run.expected_end() or not (self.h2d.idle and self.d2h.idle)):
+            if cs is not None:
+                cs.interrupt()               # its copies now share the D2H channel
             return None
+        if cs is not None:                   # Prefill-to-CPU copies share the D2H channel
+            sv = cs.serve(now, h2d_bytes, gpu_s, d2h_bytes)
+            return None if sv is None else sv[2]
         sv = self.service(run, now, h2d_bytes, gpu_s, d2h_bytes)
         if sv is None:
             return None
