@@ -46,6 +46,8 @@ class CpuBatchExecutor:
         self.N = m.num_layers
         self.act_bytes = m.hidden * DTYPE_BYTES          # one bf16 hidden row
         self.route_counts = [0, 0, 0]
+        self._post_attn: dict[int, float] = {}
+        self._post_layer: dict[int, float] = {}
         self.next_s = None      # when this batch's CPU side next acts (None: not known / idle)
         self.route_now = None   # the route of the batch in progress
         self.j = 0              # Fused-Assist: assists of layers < j are done
@@ -54,14 +56,20 @@ class CpuBatchExecutor:
     def route(self, b: int) -> int:
         return int(controls.route(self.p, self.f, b))
 
-    # -- GPU-side compute of one assist (s) -------------------------------------------------
+    # -- GPU-side compute of one assist (s), per batch size -----------------------------------
     def gpu_post_attention_s(self, b: int) -> float:
-        ops = self.gpu.ops
-        us = sum(float(ops.dense[o](b)) for o in ("o", "gate_up", "down", "elementwise"))
-        return (us + 2.0 * float(self.gpu.allreduce_us(b))) * 1e-6
+        v = self._post_attn.get(b)
+        if v is None:
+            ops = self.gpu.ops
+            us = sum(float(ops.dense[o](b)) for o in ("o", "gate_up", "down", "elementwise"))
+            v = self._post_attn[b] = (us + 2.0 * float(self.gpu.allreduce_us(b))) * 1e-6
+        return v
 
     def gpu_post_layer_s(self, b: int) -> float:
-        return float(self.gpu.ops.lm_head(b)) * 1e-6
+        v = self._post_layer.get(b)
+        if v is None:
+            v = self._post_layer[b] = float(self.gpu.ops.lm_head(b)) * 1e-6
+        return v
 
     # -- one batch ---------------------------------------------------------------------------
     def _sleep(self, delay: float):

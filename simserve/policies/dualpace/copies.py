@@ -35,6 +35,7 @@ class CopyStream:
         self.ends: list[float] = []          # copies done in closed form, in order
         self.booked = 0                      # of which counted on the channel
         self.cont = None                     # the event-driven rest after an interrupt
+        self.moved = False                   # assists served since `end_s` was projected
         closed = False
         if w.closed_form:
             w.copies = self                  # assists go through `serve` while copies are on
@@ -120,7 +121,7 @@ class CopyStream:
         self._book(t)
         sv = (k, t0, t, dh, dd)
         w.book(run, sv, h2d_bytes, d2h_bytes)
-        self.end_s = self._projected_end()
+        self.moved = True                    # the copies end later: projected on waking
         return sv
 
     def _closed_form(self):
@@ -129,7 +130,11 @@ class CopyStream:
             if self.cont is not None:            # interrupted: the events finish the job
                 yield self.cont
                 return
-            if self.end_s <= self.env.now:       # else an assist moved the end: sleep on
+            if not self.moved:
+                break
+            self.moved = False                   # assists moved the end: sleep on
+            self.end_s = self._projected_end()
+            if self.end_s <= self.env.now:
                 break
         self._advance(math.inf)
         self._book(math.inf)

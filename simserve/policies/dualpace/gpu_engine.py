@@ -146,42 +146,52 @@ class GpuEngine:
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = self.pool.block_size
         dec = np.asarray(plan.decodes + plan.swap_in, dtype=np.int64)
-        nb = np.maximum(-(-(t.computed[dec] + 1) // bs) - t.blocks[dec], 0)
+        ctx = t.computed[dec] + 1                      # each decode's attention length
+        nb = np.maximum(-(-ctx // bs) - t.blocks[dec], 0)
         self.pool.allocate(int(nb.sum()))
         t.blocks[dec] += nb
-        g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
-        if len(g):                                     # persistent HBM for the whole prompt
-            gb = -(-t.prompt[g] // bs)
-            self.pool.allocate(int(gb.sum()))
-            t.blocks[g] = gb
-            self.dest[g] = GPU
-            self.counts["prefill_to_gpu"] += len(g)
-        c = np.asarray(plan.to_cpu, dtype=np.int64)
-        pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
         if np.any(st.owner[dec] != GPU):
             raise RuntimeError("GPU engine: batch holds a decode it does not own")
-        chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
-        ctx0 = t.computed[pre_ids]
-        last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]     # these sample a first token
-        shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
-                           prefill_ctx=ctx0, num_decodes=len(dec),
-                           decode_ctx_sum=int((t.computed[dec] + 1).sum()),
-                           num_sample_rows=len(dec) + len(last), decode_ctx=t.computed[dec] + 1)
-        run = self._main_run(shape)
-        if len(c):
-            nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
-            run.on_start = lambda: self._start_copies(run, c, nbytes)
+        prefill = bool(plan.to_gpu or plan.to_cpu)
+        if prefill:
+            g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
+            if len(g):                                 # persistent HBM for the whole prompt
+                gb = -(-t.prompt[g] // bs)
+                self.pool.allocate(int(gb.sum()))
+                t.blocks[g] = gb
+                self.dest[g] = GPU
+                self.counts["prefill_to_gpu"] += len(g)
+            c = np.asarray(plan.to_cpu, dtype=np.int64)
+            pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
+            chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
+            ctx0 = t.computed[pre_ids]
+            last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]  # these sample a first token
+            shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
+                               prefill_ctx=ctx0, num_decodes=len(dec),
+                               decode_ctx_sum=int(ctx.sum()),
+                               num_sample_rows=len(dec) + len(last), decode_ctx=ctx)
+            run = self._main_run(shape)
+            if len(c):
+                nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
+                run.on_start = lambda: self._start_copies(run, c, nbytes)
+        else:
+            run = self._stages(self._decode_s(len(dec), int(ctx.sum()), int(ctx.max())),
+                               len(dec), len(dec))
         run.applied = env.event()
-        t0 = env.now
         yield env.process(self.worker.run_main(run))
-        if st.log is not None:
-            st.log.append((run.start, env.now, "gpu", np.concatenate((dec, pre_ids))))
-        t.computed[dec] += 1
-        t.computed[pre_ids] += chunks
-        while self.waiting and t.computed[self.waiting[0]] >= t.prompt[self.waiting[0]]:
-            self.waiting.popleft()                     # prefilled prompts leave the queue
-        done = t.emit(np.concatenate((dec, last)), env.now)
-        self.running.extend(r for r in last.tolist() if self.dest[r] == GPU)
+        t.computed[dec] = ctx
+        if prefill:
+            if st.log is not None:
+                st.log.append((run.start, env.now, "gpu", np.concatenate((dec, pre_ids))))
+            t.computed[pre_ids] += chunks
+            while self.waiting and t.computed[self.waiting[0]] >= t.prompt[self.waiting[0]]:
+                self.waiting.popleft()                 # prefilled prompts leave the queue
+            done = t.emit(np.concatenate((dec, last)), env.now)
+            self.running.extend(r for r in last.tolist() if self.dest[r] == GPU)
+        else:
+            if st.log is not None:
+                st.log.append((run.start, env.now, "gpu", dec))
+            done = t.emit(dec, env.now)
         if len(done):
             on_gpu = done[st.owner[done] == GPU]
             self.pool.free(int(t.blocks[on_gpu].sum()))
@@ -189,12 +199,12 @@ class GpuEngine:
             st.owner[on_gpu] = NONE
             gone = set(on_gpu.tolist())
             self.running = [r for r in self.running if r not in gone]
-        del t0
         run.applied.succeed()
-        self.ctx.recorder.num_iterations += 1
-        self.ctx.recorder.num_steps_scheduled += 1
-        self.ctx.recorder.sample(env.now, self.index, len(self.running), len(self.waiting),
-                                 self.pool.num_used, t.num_emitted)
+        rec = self.ctx.recorder
+        rec.num_iterations += 1
+        rec.num_steps_scheduled += 1
+        rec.sample(env.now, self.index, len(self.running), len(self.waiting),
+                   self.pool.num_used, t.num_emitted)
 
     def _main_run(self, shape: BatchShape) -> MainRun:
         """Split the whole-forward time into pre-layer (host overheads), N equal layers and

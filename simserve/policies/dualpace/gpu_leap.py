@@ -10,12 +10,13 @@ CPU engine asks for meanwhile (`GpuWorker.service`, served at the round's stage 
 which shift those rounds. The engine then sleeps until the last round ends and applies the
 tokens in one go, and the CPU batch sleeps on to its next assist.
 
-A leap stops before a round that starts at or after the next arrival, that an assist would
+A leap stops before a round planned at or after the next arrival (unless prompts already wait:
+admission stopped at the queue's head, and an arrival joins behind it), that an assist would
 reach in its post-layer, or that the CPU engine's next act (a batch's end, a Split-Final or
 the final Fused-Assist assist, after which the CPU engine picks a new batch) does not come
 strictly after; an idle CPU engine must stay idle (`CpuEngine.idle_for_good`). The plan's other
-steps (swap-ins, marks, prefills) find nothing in later rounds when they find nothing now:
-free HBM only shrinks and nothing else they read changes.
+steps (swap-ins, marks, prefill admission) find nothing in later rounds when they find nothing
+now: free HBM only shrinks and nothing else they read changes.
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def plan_leap(eng, plan) -> Leap | None:
     """The leap starting with this round's `plan`, or None when it must be stepped."""
     t, w, cpu = eng.ctx.table, eng.worker, eng.cpu
     if (plan.victims or plan.swap_in or plan.to_gpu or plan.to_cpu or plan.marks
-            or plan.migration_only or eng.waiting or eng.copy_done is not None or not w.idle
+            or plan.migration_only or eng.copy_done is not None or not w.idle
             or plan.decodes != eng.running):
         return None
     now = eng.ctx.env.now
@@ -127,7 +128,9 @@ def plan_leap(eng, plan) -> Leap | None:
     kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
     kmax = largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
     B, S0, cmax0 = len(ids), int((c + 1).sum()), int(c.max()) + 1
-    arrival = eng.ctx.source.next_arrival_s
+    # prompts that wait now wait on: admission stops at the head of the queue, and what it
+    # checks only gets tighter; an arrival joins behind it and changes nothing
+    arrival = math.inf if eng.waiting else eng.ctx.source.next_arrival_s
     host_s = w.host_s
     lp = Leap(eng, ids)
     s = p = now            # the next round's start, and when it was planned

@@ -17,6 +17,7 @@ through the queue and the events (`submit`).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 
 import simpy
@@ -39,13 +40,15 @@ class MainRun:
     at boundaries ≤ k (boundary k = after k stages). Stage 0 is the pre-layer, 1..N the layers,
     N+1 the post-layer."""
 
-    __slots__ = ("start", "pre", "layer", "post", "N", "shift", "shifts", "on_start", "pending",
-                 "applied", "arm")
+    __slots__ = ("start", "pre", "layer", "post", "N", "shift", "shifts", "bounds", "cums",
+                 "on_start", "pending", "applied", "arm")
 
     def __init__(self, start, pre, layer, post, N):
         self.start, self.pre, self.layer, self.post, self.N = start, pre, layer, post, N
         self.shift = 0.0
-        self.shifts: list[tuple[int, float]] = []
+        self.shifts: list[tuple[int, float]] = []   # (boundary, assist time), in time order
+        self.bounds: list[int] = []     # their boundaries (nondecreasing)
+        self.cums: list[float] = []     # the shift after each
         self.on_start = None
         self.pending = None     # (boundary, since) of an assist service in progress
         self.applied = None     # event the engine triggers once the batch's tokens are applied
@@ -72,13 +75,22 @@ class MainRun:
             return self.pre + (k - 1) * self.layer
         return self.pre + self.N * self.layer + self.post
 
+    def add_shift(self, k: int, d: float) -> None:
+        """An assist of `d` seconds served at boundary k: the stages after it wait."""
+        self.shift += d
+        self.shifts.append((k, d))
+        self.bounds.append(k)
+        self.cums.append(self.shift)
+
     def layer_end(self, j: int, now: float) -> float:
         """Absolute end time of transformer layer j (0-based) as known at `now` (a lower
-        bound while an assist is being served before it)."""
-        k = j + 2
-        t = self.start + self.offset(k) + sum(d for b, d in self.shifts if b <= k - 1)
-        if self.pending is not None and self.pending[0] <= k - 1:
-            t += now - self.pending[1]
+        bound while an assist is being served before it): the assists at boundaries ≤ j + 1
+        (a prefix of the shifts, whose running sum is their sum) delay it."""
+        i = bisect_right(self.bounds, j + 1)
+        t = self.start + (self.pre + (j + 1) * self.layer) + (self.cums[i - 1] if i else 0)
+        p = self.pending
+        if p is not None and p[0] <= j + 1:
+            t += now - p[1]
         return t
 
     @property
@@ -169,9 +181,7 @@ class GpuWorker:
     def shift(run: MainRun, sv) -> None:
         """The rest of the batch waits for the service; the worker re-arms its timer then."""
         k, t0, t, _, _ = sv
-        d = t - t0
-        run.shift += d
-        run.shifts.append((k, d))
+        run.add_shift(k, t - t0)
         run.arm = t
 
     def submit(self, a: Assist) -> simpy.Event:
@@ -244,9 +254,7 @@ class GpuWorker:
                     run.pending = (k, t0)
                     yield from self._serve_queue()
                     run.pending = None
-                    d = env.now - t0
-                    run.shift += d
-                    run.shifts.append((k, d))
+                    run.add_shift(k, env.now - t0)
                     run.arm = env.now
                 self.run = None
             self.main_busy_s += (run.end - run.start) - run.shift
