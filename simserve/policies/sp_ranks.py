@@ -12,6 +12,8 @@ the ranks repeat a decode-only step, and `_leap` does k of them at once
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from simserve.errors import ConfigError
@@ -157,6 +159,15 @@ class SpRanksEngine:
     def _grow_decodes(self) -> None:
         """Reserve each decode's next KV slot on its rank; preempt newest decodes that do not fit."""
         t, bs = self.ctx.table, self.cfg.block_size
+        flat, starts, _ = self._flat()
+        if len(flat):                            # all ranks at once when every rank fits
+            nb = np.maximum(0, -(-(t.computed[flat] + 1) // bs) - t.blocks[flat])
+            need = self._per_rank(np.add, nb, starts, 0)
+            if all(x <= p.num_free for x, p in zip(need, self.pools)):
+                for x, p in zip(need, self.pools):
+                    p.allocate(x)
+                t.blocks[flat] += nb
+                return
         for r, ids in enumerate(self.decodes):
             while ids:
                 a = np.asarray(ids, dtype=np.int64)
@@ -166,6 +177,25 @@ class SpRanksEngine:
                     t.blocks[a] += nb
                     break
                 self._preempt(ids.pop(), r)
+
+    def _flat(self):
+        """Every rank's decodes in one array, each rank's first index, and the counts."""
+        lens = [len(ids) for ids in self.decodes]
+        flat = np.fromiter(chain.from_iterable(self.decodes), dtype=np.int64, count=sum(lens))
+        starts, i = [], 0
+        for n in lens:
+            starts.append(i)
+            i += n
+        return flat, starts, lens
+
+    def _per_rank(self, ufunc, x: np.ndarray, starts: list, empty) -> list:
+        """ufunc-reduce `x` over each rank's stretch (`empty` for a rank without decodes)."""
+        nz = [r for r in range(self.R) if len(self.decodes[r])]
+        out = [empty] * self.R
+        if nz:
+            for r, v in zip(nz, ufunc.reduceat(x, [starts[r] for r in nz]).tolist()):
+                out[r] = v
+        return out
 
     def _preempt(self, rid: int, r: int) -> None:
         t = self.ctx.table
@@ -179,20 +209,19 @@ class SpRanksEngine:
 
     def _rank_max(self) -> list[int]:
         """Each rank's longest decode context (tokens in KV plus the new one; 0 if none)."""
-        t = self.ctx.table
-        return [int(t.computed[np.asarray(ids, dtype=np.int64)].max()) + 1 if ids else 0
-                for ids in self.decodes]
+        flat, starts, _ = self._flat()
+        if not len(flat):
+            return [0] * self.R
+        return [m + 1 if n else 0 for m, n in zip(
+            self._per_rank(np.maximum, self.ctx.table.computed[flat], starts, 0),
+            (len(ids) for ids in self.decodes))]
 
     def _rank_states(self) -> tuple[list[int], list[int]]:
         """Decodes and their Σ context (tokens in KV plus the new one) per rank."""
-        t = self.ctx.table
-        nd, dctx = [], []
-        for r, ids in enumerate(self.decodes):
-            a = np.asarray(ids, dtype=np.int64)
-            c = int((t.computed[a] + 1).sum())
-            nd.append(len(ids))
-            dctx.append(c)
-        return nd, dctx
+        flat, starts, lens = self._flat()
+        if not len(flat):
+            return lens, [0] * self.R
+        return lens, self._per_rank(np.add, self.ctx.table.computed[flat] + 1, starts, 0)
 
     def _start_transfer(self, rid: int, g: int, tokens: int) -> None:
         """Every other rank's GPU j sends its head shard to GPU j of the decode rank (§4)."""
@@ -247,28 +276,41 @@ class SpRanksEngine:
             return 0
         kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
 
-        def new_blocks(a: np.ndarray, k: int) -> int:
-            return int(np.maximum(0, -(-(t.computed[a] + k) // bs) - t.blocks[a]).sum())
+        c, held = t.computed[ids], t.blocks[ids]
+        starts = np.cumsum([0] + [len(a) for a in per[:-1]]).tolist()
+        free = [p.num_free for p in self.pools]
+
+        def new_blocks(k: int) -> list:
+            return self._per_rank(np.add, np.maximum(0, -(-(c + k) // bs) - held), starts, 0)
 
         def fits(k: int) -> bool:
-            return all(new_blocks(a, k) <= self.pools[r].num_free for r, a in enumerate(per))
+            return all(x <= f for x, f in zip(new_blocks(k), free))
 
         kmax = largest_k(kmax, fits)
         if kmax < 2:
             return 0
-        nd = np.array([len(a) for a in per], dtype=np.int64)
-        c0 = np.array([int((t.computed[a] + 1).sum()) for a in per], dtype=np.int64)
-        steps = np.arange(kmax, dtype=np.int64)[:, None]
-        dctx = c0[None, :] + nd[None, :] * steps
-        d = self.cost.decode_only_s(nd, dctx, np.asarray(self._rank_max())[None, :] + steps)
-        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
-        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
+        nd = [len(a) for a in per]
+        c0 = self._per_rank(np.add, c + 1, starts, 0)
+        rmax = [m + 1 if n else 0 for m, n in zip(self._per_rank(np.maximum, c, starts, 0), nd)]
+        arrival = self.ctx.source.next_arrival_s
+        # price the steps in growing chunks, stopping once one ends at or after the next
+        # arrival (each step's price and the running sum are the same as all at once)
+        parts, last, lo, n = [], self.clock, 0, 64
+        while lo < kmax:
+            d = self.cost.decode_steps_s(nd, c0, rmax, lo, min(n, kmax - lo))
+            e = np.cumsum(np.concatenate(([last], d)))[1:]
+            parts.append(e)
+            last, lo, n = e[-1], lo + len(e), 2 * n
+            if last >= arrival:
+                break
+        ends = np.concatenate(parts)
+        k = steps_before(ends, kmax, arrival)
         if k < 2:
             return 0
-        for r, a in enumerate(per):
-            self.pools[r].allocate(new_blocks(a, k))
-            t.blocks[a] = np.maximum(t.blocks[a], -(-(t.computed[a] + k) // bs))
-        t.computed[ids] += k
+        for p, x in zip(self.pools, new_blocks(k)):
+            p.allocate(x)
+        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
+        t.computed[ids] = c + k
         t.emit_many(ids, ends[:k - 1])
         self.clock = float(ends[k - 1])
         done = t.emit(ids, self.clock)

@@ -34,13 +34,13 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   held_shard: Sequence[int], ranks: Sequence[RankState], free: Sequence[int],
                   est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
                   quantum: int, eta: float, headroom: float, block_size: int,
-                  max_level: int) -> tuple[int, list[Chunk]]:
+                  max_level: int, hints: dict | None = None) -> tuple[int, list[Chunk]]:
     """(B0, accepted chunks in scheduling order). `needs_decode[k]`: pending[k] decodes after its
     first (next) token; `held_shard[k]`: shard blocks it already holds per rank; `free`: free
-    blocks per rank after this iteration's decode growth."""
+    blocks per rank after this iteration's decode growth; `hints`: see `dispatch`."""
     R = len(ranks)
     ap = [0] * R
-    b0 = dispatch(tau, est, ranks, ap, None, quantum, max_level=max_level)
+    b0 = dispatch(tau, est, ranks, ap, None, quantum, max_level=max_level, hints=hints)
     admitted, rejected = ADMISSION[admission](pending, b0, now_s, tau)
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
@@ -49,7 +49,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     out: list[Chunk] = []
     for p in admitted + rejected:
         ell, per = dispatch(tau, est, ranks, ap, Candidate(p.remaining_tokens, p.context_tokens),
-                            quantum, prefills, max_level=max_level)
+                            quantum, prefills, max_level=max_level, hints=hints)
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]
