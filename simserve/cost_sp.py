@@ -35,7 +35,7 @@ from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
 PAPER_CONTENTION = 1.28  # α = β from Fig. 14a (see the module docstring)
-DECODE_LOOKAHEAD = 64    # decode steps of one rank priced per cost-model call
+DECODE_LOOKAHEAD = 256  # decode steps of one rank priced per cost-model call
 
 
 class SpCostModel:
@@ -66,6 +66,7 @@ class SpCostModel:
         self.kv_bytes_per_token_gpu = model.kv_bytes_per_token_per_rank(tp)
         # (rank, decodes, Σ context − decodes·longest) -> (longest, µs from that longest on)
         self._lines: dict = {}
+        self._comm: dict = {}         # largest prefill shard (tokens) -> both all-to-alls, µs
 
     def _alltoall_fn(self, nvlink: HardwareProfile):
         table = link_curve(nvlink, f"alltoall_ranks{self.R}")
@@ -86,8 +87,14 @@ class SpCostModel:
 
     def comm_us(self, max_shard_tokens: int) -> float:
         """Both Ulysses all-to-alls of a layer, sized by the largest prefill shard."""
-        return (self.alltoall_us(max_shard_tokens * self.qkv_bytes_per_token)
+        v = self._comm.get(max_shard_tokens)
+        if v is None:
+            if len(self._comm) > 1 << 16:
+                self._comm.clear()
+            v = self._comm[max_shard_tokens] = (
+                self.alltoall_us(max_shard_tokens * self.qkv_bytes_per_token)
                 + self.alltoall_us(max_shard_tokens * self.out_bytes_per_token))
+        return v
 
     def prefill_path_us(self, max_shard_tokens: int, chunks: np.ndarray, ctxs: np.ndarray) -> float:
         """T_P: all-to-all, head-sharded causal attention over every chunk, all-to-all."""
@@ -120,7 +127,7 @@ class SpCostModel:
                 if i > 4 * DECODE_LOOKAHEAD:  # drop what is behind
                     m0, vals, i = m, vals[i:], 0
                 lo = m0 + len(vals)
-                j = np.arange(lo, m0 + max(i + n, len(vals) + DECODE_LOOKAHEAD), dtype=np.int64)
+                j = np.arange(lo, m0 + max(i + n, 2 * len(vals)), dtype=np.int64)
                 vals = np.concatenate((vals, self._attn(b, c + b * (j - m), j)))
                 self._lines[key] = (m0, vals)
             return vals[i:i + n]

@@ -270,14 +270,12 @@ class SpRanksEngine:
     # -- event leaping over decode-only steps ---------------------------------------------------
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.cfg.block_size
-        per = [np.asarray(ids, dtype=np.int64) for ids in self.decodes]
-        ids = np.concatenate(per)
+        ids, starts, nd = self._flat()
         if len(ids) == 0:
             return 0
         kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
 
         c, held = t.computed[ids], t.blocks[ids]
-        starts = np.cumsum([0] + [len(a) for a in per[:-1]]).tolist()
         free = [p.num_free for p in self.pools]
 
         def new_blocks(k: int) -> list:
@@ -289,7 +287,6 @@ class SpRanksEngine:
         kmax = largest_k(kmax, fits)
         if kmax < 2:
             return 0
-        nd = [len(a) for a in per]
         c0 = self._per_rank(np.add, c + 1, starts, 0)
         rmax = [m + 1 if n else 0 for m, n in zip(self._per_rank(np.maximum, c, starts, 0), nd)]
         arrival = self.ctx.source.next_arrival_s

@@ -171,10 +171,12 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
     s = _Search(tau, est, ranks_state, Ap if Ap is not None else [0] * len(ranks_state),
                 prefills, candidate)
     top = max_level // quantum
-    if top < 1 or not s.ok(quantum):
+    if top < 1:
         return 0
     if hint is not None:
         return _from_hint(s, top, quantum, hint)
+    if not s.ok(quantum):
+        return 0
     lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
     while hi is None:
         if s.saturated(lo * quantum) or lo >= top:
@@ -194,36 +196,39 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
 
 
 def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
-    """`find_level`'s answer (multiples of q; ok(1) holds) by galloping from `hint`. The
-    doubling would stop at the first of 1, 2, 4, …, top that is saturated or top, P, and
-    return it if its level is safe (then all before it are); else the bisection returns the
-    highest safe multiple below P, which (the time being nondecreasing) any bracketing finds."""
+    """`find_level`'s answer by galloping from `hint` (multiples of q). The doubling stops at
+    the first of 1, 2, 4, …, top that is saturated or top, P, and returns it if its level and
+    all before it are safe; else the bisection returns the highest safe multiple below the
+    first unsafe one. The time being nondecreasing in the level, both are "the highest safe
+    multiple up to P", which any bracketing finds (0 if even 1 is unsafe)."""
     P = 1
     while not (s.saturated(P * q) or P >= top):
         P = min(2 * P, top)
-    if s.ok(P * q):
-        return P * q
-    lo, hi = 1, P                  # ok(lo), not ok(hi)
-    h = min(max(hint // q, lo + 1), hi - 1)
-    if h > lo:
-        step = 1
-        if s.ok(h * q):
-            lo = h
-            while lo + step < hi:
-                if s.ok((lo + step) * q):
-                    lo += step
-                    step *= 2
-                else:
-                    hi = lo + step
-                    break
-        else:
-            hi = h
-            while hi - step > lo:
-                if s.ok((hi - step) * q):
-                    lo = hi - step
-                    break
-                hi -= step
-                step *= 2
+    h = min(max(hint // q, 1), P)
+    step = 1
+    if s.ok(h * q):                # safe up to h: gallop up
+        lo = h
+        while True:
+            if lo == P:
+                return P * q
+            x = min(lo + step, P)
+            if not s.ok(x * q):
+                hi = x
+                break
+            lo, step = x, 2 * step
+    else:                          # unsafe from h: gallop down
+        hi = h
+        while True:
+            x = hi - step
+            if x <= 1:
+                if not s.ok(q):
+                    return 0
+                lo = 1
+                break
+            if s.ok(x * q):
+                lo = x
+                break
+            hi, step = x, 2 * step
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if s.ok(mid * q):
