@@ -19,11 +19,14 @@ EXAMPLES = int(os.environ.get("DUALPACE_EXAMPLES", 40))
 
 @st.composite
 def scenarios(draw):
-    w, prompt, output, need = draw(requests(30, 2500, 200, 0.3))
-    p, f = draw(st.sampled_from([(32, 16), (0, 0), (2, 1), (64, 8)]))
+    busy = draw(st.booleans())     # many long requests: the CPU runs Fused-Assist batches
+    w, prompt, output, need = draw(requests(40, 2500, 400, 0.15) if busy else
+                                   requests(30, 2500, 200, 0.3))
+    p, f = draw(st.sampled_from([(0, 0), (2, 1)] if busy else
+                                [(32, 16), (0, 0), (2, 1), (64, 8)]))
     params = dict(
         FAST, assist_p=p, assist_f=f,
-        cpu_batch_limit=draw(st.sampled_from([4, 64])),
+        cpu_batch_limit=draw(st.sampled_from([4, 64, 256])),
         num_gpu_blocks_override=draw(st.integers(max(need, 20), 4 * need + 200)),
         num_cpu_blocks_override=draw(st.integers(2 * need + 50, 20 * need + 2000)),
         chunked_prefill=draw(st.booleans()),
@@ -85,6 +88,11 @@ def test_leaping_serves_most_assists_in_closed_form_with_few_events():
     assert np.array_equal(a.table.token_times, b.table.token_times)
     assert a.gpu.counts["prefill_to_cpu"] > 0 and a.gpu.worker.num_assists > 1000
     assert a.gpu.worker.num_closed_form > 0.9 * a.gpu.worker.num_assists
+    # every closed form was taken: assists in leapt rounds and right after one, assists
+    # during Prefill-to-CPU copies, and copies handed back to events
+    lc = a.gpu.leap_counts
+    assert lc["rounds"] > lc["leaps"] > 50 and lc["assists"] > 1000
+    assert lc["assists_after"] > 10 and lc["copy_assists"] > 500 and lc["copy_interrupts"] >= 1
     assert b.gpu.worker.num_closed_form == 0
     assert a.ctx.recorder.num_steps_scheduled < 0.8 * b.ctx.recorder.num_steps_scheduled
     assert a.num_events < b.num_events / 5

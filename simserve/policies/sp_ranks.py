@@ -7,21 +7,17 @@ finished prompt's KV to its decode rank over NVLink, started when its last chunk
 starts (layer-by-layer pipelining overlaps it with that chunk, ConfluxServe §7), the request
 joining its rank's decodes at the first iteration that starts after the transfer ends; token
 emission and finishing; and exact event leaping: with no prefill pending and no KV in flight
-the ranks repeat a decode-only step, and `_leap` does k of them at once
-(`SpCostModel.decode_only_s` over a k × R context matrix), identical to stepping.
+the ranks repeat a decode-only step, and `_leap` does k of them at once (`sp_leap`), identical
+to stepping.
 """
 from __future__ import annotations
-
-from itertools import chain
 
 import numpy as np
 
 from simserve.errors import ConfigError
+from simserve.policies.sp_leap import flat_decodes, leap_ranks, per_rank
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
-from simserve.sim.leap import largest_k, steps_before
-
-LEAP_CAP = 8192
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -159,10 +155,10 @@ class SpRanksEngine:
     def _grow_decodes(self) -> None:
         """Reserve each decode's next KV slot on its rank; preempt newest decodes that do not fit."""
         t, bs = self.ctx.table, self.cfg.block_size
-        flat, starts, _ = self._flat()
+        flat, starts, _ = flat_decodes(self.decodes)
         if len(flat):                            # all ranks at once when every rank fits
             nb = np.maximum(0, -(-(t.computed[flat] + 1) // bs) - t.blocks[flat])
-            need = self._per_rank(np.add, nb, starts, 0)
+            need = per_rank(np.add, nb, starts, self.decodes)
             if all(x <= p.num_free for x, p in zip(need, self.pools)):
                 for x, p in zip(need, self.pools):
                     p.allocate(x)
@@ -178,25 +174,6 @@ class SpRanksEngine:
                     break
                 self._preempt(ids.pop(), r)
 
-    def _flat(self):
-        """Every rank's decodes in one array, each rank's first index, and the counts."""
-        lens = [len(ids) for ids in self.decodes]
-        flat = np.fromiter(chain.from_iterable(self.decodes), dtype=np.int64, count=sum(lens))
-        starts, i = [], 0
-        for n in lens:
-            starts.append(i)
-            i += n
-        return flat, starts, lens
-
-    def _per_rank(self, ufunc, x: np.ndarray, starts: list, empty) -> list:
-        """ufunc-reduce `x` over each rank's stretch (`empty` for a rank without decodes)."""
-        nz = [r for r in range(self.R) if len(self.decodes[r])]
-        out = [empty] * self.R
-        if nz:
-            for r, v in zip(nz, ufunc.reduceat(x, [starts[r] for r in nz]).tolist()):
-                out[r] = v
-        return out
-
     def _preempt(self, rid: int, r: int) -> None:
         t = self.ctx.table
         self.pools[r].free(int(t.blocks[rid]))
@@ -209,19 +186,19 @@ class SpRanksEngine:
 
     def _rank_max(self) -> list[int]:
         """Each rank's longest decode context (tokens in KV plus the new one; 0 if none)."""
-        flat, starts, _ = self._flat()
+        flat, starts, _ = flat_decodes(self.decodes)
         if not len(flat):
             return [0] * self.R
         return [m + 1 if n else 0 for m, n in zip(
-            self._per_rank(np.maximum, self.ctx.table.computed[flat], starts, 0),
+            per_rank(np.maximum, self.ctx.table.computed[flat], starts, self.decodes),
             (len(ids) for ids in self.decodes))]
 
     def _rank_states(self) -> tuple[list[int], list[int]]:
         """Decodes and their Σ context (tokens in KV plus the new one) per rank."""
-        flat, starts, lens = self._flat()
+        flat, starts, lens = flat_decodes(self.decodes)
         if not len(flat):
             return lens, [0] * self.R
-        return lens, self._per_rank(np.add, self.ctx.table.computed[flat] + 1, starts, 0)
+        return lens, per_rank(np.add, self.ctx.table.computed[flat] + 1, starts, self.decodes)
 
     def _start_transfer(self, rid: int, g: int, tokens: int) -> None:
         """Every other rank's GPU j sends its head shard to GPU j of the decode rank (§4)."""
@@ -269,53 +246,7 @@ class SpRanksEngine:
 
     # -- event leaping over decode-only steps ---------------------------------------------------
     def _leap(self) -> int:
-        t, bs = self.ctx.table, self.cfg.block_size
-        ids, starts, nd = self._flat()
-        if len(ids) == 0:
-            return 0
-        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
-
-        c, held = t.computed[ids], t.blocks[ids]
-        free = [p.num_free for p in self.pools]
-
-        def new_blocks(k: int) -> list:
-            return self._per_rank(np.add, np.maximum(0, -(-(c + k) // bs) - held), starts, 0)
-
-        def fits(k: int) -> bool:
-            return all(x <= f for x, f in zip(new_blocks(k), free))
-
-        kmax = largest_k(kmax, fits)
-        if kmax < 2:
-            return 0
-        c0 = self._per_rank(np.add, c + 1, starts, 0)
-        rmax = [m + 1 if n else 0 for m, n in zip(self._per_rank(np.maximum, c, starts, 0), nd)]
-        arrival = self.ctx.source.next_arrival_s
-        # price the steps in growing chunks, stopping once one ends at or after the next
-        # arrival (each step's price and the running sum are the same as all at once)
-        parts, last, lo, n = [], self.clock, 0, 64
-        while lo < kmax:
-            d = self.cost.decode_steps_s(nd, c0, rmax, lo, min(n, kmax - lo))
-            e = np.cumsum(np.concatenate(([last], d)))[1:]
-            parts.append(e)
-            last, lo, n = e[-1], lo + len(e), 2 * n
-            if last >= arrival:
-                break
-        ends = np.concatenate(parts)
-        k = steps_before(ends, kmax, arrival)
-        if k < 2:
-            return 0
-        for p, x in zip(self.pools, new_blocks(k)):
-            p.allocate(x)
-        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
-        t.computed[ids] = c + k
-        t.emit_many(ids, ends[:k - 1])
-        self.clock = float(ends[k - 1])
-        done = t.emit(ids, self.clock)
-        if len(done):
-            self._finish(done)
-        self.ctx.recorder.num_iterations += k
-        self._sample()
-        return k
+        return leap_ranks(self)
 
 
 def check_fits(ctx: SimContext, num_blocks: int, block_size: int, kind: str, kv_gib: float,

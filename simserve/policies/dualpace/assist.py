@@ -52,6 +52,7 @@ class CpuBatchExecutor:
         self.route_now = None   # the route of the batch in progress
         self.j = 0              # Fused-Assist: assists of layers < j are done
         self.layer = None       # Fused-Assist: (H2D, GPU s, D2H, CPU s after) of layers < N − 1
+        self.pending = None     # the kind of assist it waits for on the event path
 
     def route(self, b: int) -> int:
         return int(controls.route(self.p, self.f, b))
@@ -127,9 +128,10 @@ class CpuBatchExecutor:
         env, w = self.env, self.worker
         t = w.try_serve(h2d_bytes, gpu_s, d2h_bytes)
         if t is None:
-            self.next_s = None
+            self.next_s, self.pending = None, kind
             yield w.submit(Assist(env, kind, h2d_bytes, gpu_s, d2h_bytes))
-            if then is not None:
+            self.pending = None
+            if then is not None and self.next_s is None:   # (else a GPU leap went on)
                 yield self._sleep(then)
         else:                                   # served in closed form: wake when it is done
             self.next_s = t if then is None else t + then

@@ -121,6 +121,7 @@ class CopyStream:
         self._book(t)
         sv = (k, t0, t, dh, dd)
         w.book(run, sv, h2d_bytes, d2h_bytes)
+        self.eng.leap_counts["copy_assists"] += 1
         self.moved = True                    # the copies end later: projected on waking
         return sv
 
@@ -150,6 +151,7 @@ class CopyStream:
         self._book(now + 1.0 if self.phase == DONE else now)
         if self.phase != DONE:
             self.cont = self.env.process(self._resume(self.j, self.phase, self.T))
+            self.eng.leap_counts["copy_interrupts"] += 1
 
     def _resume(self, j: int, phase: int, T: float):
         if phase == WIRE:                        # copy j is on the wire: it keeps the channel

@@ -48,6 +48,9 @@ class GpuEngine:
         self.counts = dict(swap_out=0, swap_in=0, prefill_to_gpu=0, prefill_to_cpu=0, marks=0,
                            migration_only_rounds=0, rounds=0)
         self.p2c_copy_bytes = 0
+        # how much was worked out in closed form (leaps, assists in them, copies)
+        self.leap_counts = dict(leaps=0, rounds=0, assists=0, assists_after=0,
+                                copy_assists=0, copy_interrupts=0)
         self._dcache: dict = {}
         self._lm_s: dict = {}
 
@@ -78,7 +81,9 @@ class GpuEngine:
                 lp = plan_leap(self, plan)
                 if lp is not None:
                     lp.commit()
-                    yield at(env, lp.end)
+                    with self.worker.hold() as req:     # the GPU is the leap's
+                        yield req
+                        yield at(env, lp.end)
                     lp.apply()
                     self.st.poke_cpu()
                     continue

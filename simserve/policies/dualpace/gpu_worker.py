@@ -107,6 +107,8 @@ class GpuWorker:
         self.closed_form = closed_form
         self.run: MainRun | None = None   # the staged main batch holding the GPU
         self.copies = None                # Prefill-to-CPU copies worked out in closed form
+        self.serving = None               # (assist, start) in service on the event path
+        self._idle_req = None             # the idle server's claim on the GPU
         self.num_closed_form = 0
         self.queue: deque[Assist] = deque()
         self._arrive = env.event()
@@ -124,6 +126,32 @@ class GpuWorker:
                 and not self._lock.queue and self.copies is None and self.h2d.idle
                 and self.d2h.idle)
 
+    def hold(self):
+        """A claim on the GPU (a context manager to yield, as `run_main` holds it)."""
+        return self._lock.request()
+
+    def free_at(self):
+        """When the GPU is free again if nothing else asks for it or the channels meanwhile:
+        now when idle; the end of the assist the idle server is serving, if that is all
+        (None otherwise)."""
+        if self.idle:
+            return self.env.now
+        if self.run is not None or self._lock.queue or self.copies is not None:
+            return None
+        if self.serving is not None and not self.queue:
+            a, t0 = self.serving
+        elif (self.serving is None and len(self.queue) == 1 and self._idle_req is not None
+              and self._lock.users == [self._idle_req]):
+            a, t0 = self.queue[0], self.env.now    # the idle server takes it up now
+        else:
+            return None
+        t = t0 + (self.host_s + a.gpu_s)
+        if a.h2d_bytes:
+            t = t + self.h2d.duration_s(a.h2d_bytes)
+        if a.d2h_bytes:
+            t = t + self.d2h.duration_s(a.d2h_bytes)
+        return t
+
     # -- assists --------------------------------------------------------------------------
     def try_serve(self, h2d_bytes: float, gpu_s: float, d2h_bytes: float):
         """The time an assist asked for now completes, when the running main batch serves it
@@ -135,6 +163,9 @@ class GpuWorker:
                 cs.interrupt()               # its copies now share the D2H channel
             return None
         if cs is not None:                   # Prefill-to-CPU copies share the D2H channel
+            if cs.run is not run:
+                cs.interrupt()
+                return None
             sv = cs.serve(now, h2d_bytes, gpu_s, d2h_bytes)
             return None if sv is None else sv[2]
         sv = self.service(run, now, h2d_bytes, gpu_s, d2h_bytes)
@@ -198,11 +229,13 @@ class GpuWorker:
         while self.queue:
             a = self.queue.popleft()
             t0 = env.now
+            self.serving = (a, t0)
             yield env.timeout(self.host_s + a.gpu_s)   # launch/finalise + CUDA compute
             if a.h2d_bytes:
                 yield from self.h2d.transfer(a.h2d_bytes)
             if a.d2h_bytes:
                 yield from self.d2h.transfer(a.d2h_bytes)
+            self.serving = None
             self.num_assists += 1
             self.assist_busy_s += env.now - t0
             a.done.succeed()
@@ -215,8 +248,10 @@ class GpuWorker:
                 yield self._arrive
                 continue
             with self._lock.request() as req:
+                self._idle_req = req
                 yield req
                 yield from self._serve_queue()
+            self._idle_req = None
 
     # -- main batches ---------------------------------------------------------------------
     def run_main(self, run: MainRun):
