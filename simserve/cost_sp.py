@@ -35,6 +35,7 @@ from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
 PAPER_CONTENTION = 1.28  # α = β from Fig. 14a (see the module docstring)
+DECODE_LOOKAHEAD = 256  # decode steps of one rank priced per cost-model call
 
 
 class SpCostModel:
@@ -63,6 +64,9 @@ class SpCostModel:
         self._a2a = self._alltoall_fn(nvlink) if ranks > 1 else None
         # KV bytes of one token on one GPU of a logical rank (all layers)
         self.kv_bytes_per_token_gpu = model.kv_bytes_per_token_per_rank(tp)
+        # (rank, decodes, Σ context − decodes·longest) -> (longest, µs from that longest on)
+        self._lines: dict = {}
+        self._comm: dict = {}         # largest prefill shard (tokens) -> both all-to-alls, µs
 
     def _alltoall_fn(self, nvlink: HardwareProfile):
         table = link_curve(nvlink, f"alltoall_ranks{self.R}")
@@ -83,8 +87,14 @@ class SpCostModel:
 
     def comm_us(self, max_shard_tokens: int) -> float:
         """Both Ulysses all-to-alls of a layer, sized by the largest prefill shard."""
-        return (self.alltoall_us(max_shard_tokens * self.qkv_bytes_per_token)
+        v = self._comm.get(max_shard_tokens)
+        if v is None:
+            if len(self._comm) > 1 << 16:
+                self._comm.clear()
+            v = self._comm[max_shard_tokens] = (
+                self.alltoall_us(max_shard_tokens * self.qkv_bytes_per_token)
                 + self.alltoall_us(max_shard_tokens * self.out_bytes_per_token))
+        return v
 
     def prefill_path_us(self, max_shard_tokens: int, chunks: np.ndarray, ctxs: np.ndarray) -> float:
         """T_P: all-to-all, head-sharded causal attention over every chunk, all-to-all."""
@@ -94,9 +104,42 @@ class SpCostModel:
         """T_D: the heaviest rank's local decode attention (None: no decodes anywhere); `dmax`,
         each rank's longest context, prices unequal contexts (GpuCostModel.decode_attn)."""
         dmax = [None] * len(n_d) if dmax is None else dmax
-        t = [float(self.base.decode_attn(int(b), int(c), None if m is None else int(m)))
-             for b, c, m in zip(n_d, dctx, dmax) if b > 0]
+        t = [self._decode_attn(r, int(b), int(c), None if m is None else int(m))
+             for r, (b, c, m) in enumerate(zip(n_d, dctx, dmax)) if b > 0]
         return max(t) if t else None
+
+    def _decode_attn(self, r: int, b: int, c: int, m: int | None) -> float:
+        """`GpuCostModel.decode_attn(b, c, m)` of rank r, as a Python float."""
+        if m is None:
+            return float(self.base.decode_attn(b, c, None))
+        return float(self.rank_attn(r, b, c, m, 1)[0])
+
+    def rank_attn(self, r: int, b: int, c: int, m: int, n: int) -> np.ndarray:
+        """Decode attention (µs) of rank r's b decodes over n steps from Σ context c and
+        longest m: each step adds b and 1. Steps on one such line are priced in runs of at
+        least DECODE_LOOKAHEAD and kept (the array path gives the scalar path's floats)."""
+        key = (r, b, c - b * m)
+        e = self._lines.get(key)
+        if e is not None and e[0] <= m:
+            m0, vals = e
+            i = m - m0
+            if i + n > len(vals):            # extend the line (elementwise: same floats)
+                if i > 4 * DECODE_LOOKAHEAD:  # drop what is behind
+                    m0, vals, i = m, vals[i:], 0
+                lo = m0 + len(vals)
+                j = np.arange(lo, m0 + max(i + n, 2 * len(vals)), dtype=np.int64)
+                vals = np.concatenate((vals, self._attn(b, c + b * (j - m), j)))
+                self._lines[key] = (m0, vals)
+            return vals[i:i + n]
+        if len(self._lines) > 4096:
+            self._lines.clear()
+        j = np.arange(m, m + max(n, DECODE_LOOKAHEAD), dtype=np.int64)
+        vals = self._attn(b, c + b * (j - m), j)
+        self._lines[key] = (m, vals)
+        return vals[:n]
+
+    def _attn(self, b: int, ctx_sum: np.ndarray, ctx_max: np.ndarray) -> np.ndarray:
+        return np.asarray(self.base.decode_attn(b, ctx_sum, ctx_max), dtype=np.float64)
 
     def split_attention_us(self, t_p: float | None, t_d: float | None) -> float:
         if t_p is None:
@@ -152,6 +195,21 @@ class SpCostModel:
         layer = t_lin + t_d
         # the launch model, LM head and in-situ factor of the busiest rank (GpuCostModel's)
         return (self.host_us(n_d, 0) + b.forward_us(busy, layer, busy)) * 1e-6
+
+    def decode_steps_s(self, n_d, c0, m0, lo: int, n: int) -> np.ndarray:
+        """`decode_only_s` of steps lo .. lo + n − 1 after a step whose ranks hold n_d decodes
+        with Σ context c0 and longest m0 (every step adds n_d and 1): the same floats."""
+        busy = max(n_d)
+        if busy == 0:
+            return np.zeros(n)
+        b = self.base
+        b._ensure(busy)
+        t_lin = max(b.dense_layer_us(int(x)) for x in n_d)
+        t_d = np.max(np.stack([self.rank_attn(r, int(k), int(c) + int(k) * lo, int(m) + lo, n)
+                               for r, (k, c, m) in enumerate(zip(n_d, c0, m0)) if k > 0]),
+                      axis=0)
+        layer = t_lin + t_d
+        return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, layer, busy)) * 1e-6
 
     def prefill_alone_s(self, prompt_tokens: int) -> float:
         """One whole prompt, sharded evenly over the R ranks, no decodes (Fig. 14b style)."""

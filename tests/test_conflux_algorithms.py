@@ -2,6 +2,7 @@
 Moore–Hodgson admission and the per-iteration scheduler."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -32,12 +33,22 @@ def test_estimator_hand_computed_two_ranks():
     # T_P = (2e-3·100 + 0.1) + (1e-5·150·(200 + 75.5)/2 + 0.3) = 0.806625 → β·T_P = 0.96795
     assert EST.iteration_time([100, 50], [10, 30], [1000, 5000], [(150, 200)]) == \
         pytest.approx(2 * (0.61 + 1.05))
-    # no decodes: the decode path drops out, the prefill path decides
+    # no decodes: the decode path drops out, the prefill path decides at its own time (no
+    # contention without a second path); Eq. 2 to the letter keeps β
     assert EST.iteration_time([100, 50], [0, 0], [0, 0], [(150, 200)]) == \
+        pytest.approx(2 * (0.6 + 0.806625))
+    literal = dataclasses.replace(EST, literal=True)
+    assert literal.iteration_time([100, 50], [0, 0], [0, 0], [(150, 200)]) == \
         pytest.approx(2 * (0.6 + 0.96795))
     # no prefill: the prefill path drops out
-    assert EST.iteration_time([0, 0], [10, 30], [1000, 5000], []) == pytest.approx(2 * (0.53 + 1.05))
+    assert EST.iteration_time([0, 0], [10, 30], [1000, 5000], []) == pytest.approx(2 * (0.53 + 0.7))
+    assert literal.iteration_time([0, 0], [10, 30], [1000, 5000], []) == \
+        pytest.approx(2 * (0.53 + 1.05))
     assert EST.iteration_time([0, 0], [0, 0], [0, 0], []) == 0.0
+    # both paths, contention larger than overlap saves: capped at running them back to back
+    heavy = dataclasses.replace(EST, alpha=3.0)
+    assert heavy.iteration_time([100, 50], [10, 30], [1000, 5000], [(150, 200)]) == \
+        pytest.approx(2 * (0.61 + 0.806625 + 0.7))
 
 
 @FAST

@@ -49,6 +49,7 @@ class Sim:
         self.gpu, self.cpu = self.ctx.stats["_engines"]
         self.st = self.gpu.st
         self.st.log = []
+        self.num_events = 0
         last = -1.0
         while True:
             if check is not None and env.peek() > last:
@@ -58,6 +59,7 @@ class Sim:
                 env.step()
             except simpy.core.EmptySchedule:
                 break
+            self.num_events += 1
 
 
 def _mixed(n=40, seed=1, rate=4.0):

@@ -7,19 +7,17 @@ finished prompt's KV to its decode rank over NVLink, started when its last chunk
 starts (layer-by-layer pipelining overlaps it with that chunk, ConfluxServe §7), the request
 joining its rank's decodes at the first iteration that starts after the transfer ends; token
 emission and finishing; and exact event leaping: with no prefill pending and no KV in flight
-the ranks repeat a decode-only step, and `_leap` does k of them at once
-(`SpCostModel.decode_only_s` over a k × R context matrix), identical to stepping.
+the ranks repeat a decode-only step, and `_leap` does k of them at once (`sp_leap`), identical
+to stepping.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from simserve.errors import ConfigError
+from simserve.policies.sp_leap import flat_decodes, leap_ranks, per_rank
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
-from simserve.sim.leap import largest_k, steps_before
-
-LEAP_CAP = 8192
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -157,6 +155,15 @@ class SpRanksEngine:
     def _grow_decodes(self) -> None:
         """Reserve each decode's next KV slot on its rank; preempt newest decodes that do not fit."""
         t, bs = self.ctx.table, self.cfg.block_size
+        flat, starts, _ = flat_decodes(self.decodes)
+        if len(flat):                            # all ranks at once when every rank fits
+            nb = np.maximum(0, -(-(t.computed[flat] + 1) // bs) - t.blocks[flat])
+            need = per_rank(np.add, nb, starts, self.decodes)
+            if all(x <= p.num_free for x, p in zip(need, self.pools)):
+                for x, p in zip(need, self.pools):
+                    p.allocate(x)
+                t.blocks[flat] += nb
+                return
         for r, ids in enumerate(self.decodes):
             while ids:
                 a = np.asarray(ids, dtype=np.int64)
@@ -179,20 +186,19 @@ class SpRanksEngine:
 
     def _rank_max(self) -> list[int]:
         """Each rank's longest decode context (tokens in KV plus the new one; 0 if none)."""
-        t = self.ctx.table
-        return [int(t.computed[np.asarray(ids, dtype=np.int64)].max()) + 1 if ids else 0
-                for ids in self.decodes]
+        flat, starts, _ = flat_decodes(self.decodes)
+        if not len(flat):
+            return [0] * self.R
+        return [m + 1 if n else 0 for m, n in zip(
+            per_rank(np.maximum, self.ctx.table.computed[flat], starts, self.decodes),
+            (len(ids) for ids in self.decodes))]
 
     def _rank_states(self) -> tuple[list[int], list[int]]:
         """Decodes and their Σ context (tokens in KV plus the new one) per rank."""
-        t = self.ctx.table
-        nd, dctx = [], []
-        for r, ids in enumerate(self.decodes):
-            a = np.asarray(ids, dtype=np.int64)
-            c = int((t.computed[a] + 1).sum())
-            nd.append(len(ids))
-            dctx.append(c)
-        return nd, dctx
+        flat, starts, lens = flat_decodes(self.decodes)
+        if not len(flat):
+            return lens, [0] * self.R
+        return lens, per_rank(np.add, self.ctx.table.computed[flat] + 1, starts, self.decodes)
 
     def _start_transfer(self, rid: int, g: int, tokens: int) -> None:
         """Every other rank's GPU j sends its head shard to GPU j of the decode rank (§4)."""
@@ -240,43 +246,7 @@ class SpRanksEngine:
 
     # -- event leaping over decode-only steps ---------------------------------------------------
     def _leap(self) -> int:
-        t, bs = self.ctx.table, self.cfg.block_size
-        per = [np.asarray(ids, dtype=np.int64) for ids in self.decodes]
-        ids = np.concatenate(per)
-        if len(ids) == 0:
-            return 0
-        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
-
-        def new_blocks(a: np.ndarray, k: int) -> int:
-            return int(np.maximum(0, -(-(t.computed[a] + k) // bs) - t.blocks[a]).sum())
-
-        def fits(k: int) -> bool:
-            return all(new_blocks(a, k) <= self.pools[r].num_free for r, a in enumerate(per))
-
-        kmax = largest_k(kmax, fits)
-        if kmax < 2:
-            return 0
-        nd = np.array([len(a) for a in per], dtype=np.int64)
-        c0 = np.array([int((t.computed[a] + 1).sum()) for a in per], dtype=np.int64)
-        steps = np.arange(kmax, dtype=np.int64)[:, None]
-        dctx = c0[None, :] + nd[None, :] * steps
-        d = self.cost.decode_only_s(nd, dctx, np.asarray(self._rank_max())[None, :] + steps)
-        ends = np.cumsum(np.concatenate(([self.clock], d)))[1:]
-        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
-        if k < 2:
-            return 0
-        for r, a in enumerate(per):
-            self.pools[r].allocate(new_blocks(a, k))
-            t.blocks[a] = np.maximum(t.blocks[a], -(-(t.computed[a] + k) // bs))
-        t.computed[ids] += k
-        t.emit_many(ids, ends[:k - 1])
-        self.clock = float(ends[k - 1])
-        done = t.emit(ids, self.clock)
-        if len(done):
-            self._finish(done)
-        self.ctx.recorder.num_iterations += k
-        self._sample()
-        return k
+        return leap_ranks(self)
 
 
 def check_fits(ctx: SimContext, num_blocks: int, block_size: int, kind: str, kv_gib: float,

@@ -11,6 +11,7 @@ for simserve's SP cost model (its own α, β), and the estimator's form is also 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -51,7 +52,8 @@ def models(model: str, profile: str, link: str, ranks: int, alpha: float, beta: 
     # the paper's form (affine f_D in Σ context) with γ0 holding the graph replay only: the
     # executor's forward has no host scheduling cost (`conflux` dispatches with a profiled f_D
     # and the host cost in γ0: fit.py)
-    return cost, fit_from_cost(cost, alpha, beta, decode="affine", fixed_overheads=False)
+    est = fit_from_cost(cost, alpha, beta, decode="affine", fixed_overheads=False)
+    return cost, dataclasses.replace(est, literal=True)  # Eq. 2 to the letter
 
 
 def _paths(est: ConfluxEstimator, b: dict) -> tuple[float, float, float]:

@@ -46,6 +46,10 @@ class ConfluxConfig:
     # f_D of the estimator: "profile" evaluates the decode-attention profile of each rank's
     # decode set (longest context included: split-K stragglers); "affine" is Eq. 8 (a_D·Σc + a_D0)
     decode_estimate: str = "profile"
+    # True: the estimator's Eq. 2 to the letter (a lone prefill or decode path is multiplied by
+    # its contention factor too); False: α, β price the two paths running together only, as
+    # the SP cost model does (estimator.py)
+    estimator_literal: bool = False
     eta: float = DEFAULT_ETA         # dual-mode placement threshold (not given by the paper)
     headroom: float = DEFAULT_HEADROOM
     quantum: int = DEFAULT_QUANTUM   # water-level alignment q

@@ -97,13 +97,19 @@ class _Search:
         self.ap = [int(x) for x in ap]
         self.nd = [r.num_decodes for r in ranks]
         self.loads = [a + d for a, d in zip(self.ap, self.nd)]
+        self.max_load = max(self.loads)
         self.work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
         self.t_d = est.decode_path(self.nd, [r.decode_ctx_tokens for r in ranks],
                                    [r.decode_max_ctx for r in ranks])
+        self._times: dict[int, float] = {}
 
     def room(self, level: int) -> int:
         """B(level): tokens that fit below `level` on top of the current loads."""
-        return sum(max(0, level - x) for x in self.loads)
+        r = 0
+        for x in self.loads:
+            if level > x:
+                r += level - x
+        return r
 
     def fill(self, level: int) -> tuple[int, ...]:
         """Extra prefill tokens per rank at `level` (the candidate's chunk, capped at m_i)."""
@@ -113,16 +119,33 @@ class _Search:
         return waterfill(self.cand.remaining_tokens, self.loads, level)
 
     def time(self, level: int) -> float:
-        extra = self.fill(level)
-        chunk = sum(extra)
-        n_p = [a + e for a, e in zip(self.ap, extra)]
+        t = self._times.get(level)
+        if t is not None:
+            return t
+        cand = self.cand
+        if cand is None or cand.remaining_tokens >= self.room(level):
+            # every rank filled up to `level`: its tokens are max(load, level), the largest
+            # of them max(max load, level)
+            chunk, max_p = 0, None
+            for a, x in zip(self.ap, self.loads):
+                e = level - x if level > x else 0
+                chunk += e
+                if max_p is None or a + e > max_p:
+                    max_p = a + e
+            max_tokens = level if level > self.max_load else self.max_load
+        else:
+            extra = waterfill(cand.remaining_tokens, self.loads, level)
+            chunk = sum(extra)
+            n_p = [a + e for a, e in zip(self.ap, extra)]
+            max_tokens, max_p = max(p + d for p, d in zip(n_p, self.nd)), max(n_p)
         work = self.work
         # without a candidate the extra tokens carry no attention work (paper App. E: the
         # reference budget omits the candidate-specific prefill workload)
-        if self.cand is not None and chunk > 0:
-            work += prefill_work(chunk, self.cand.context_tokens)
-        return self.est.combine(max(p + d for p, d in zip(n_p, self.nd)), max(n_p), work,
-                                len(n_p), self.t_d)
+        if cand is not None and chunk > 0:
+            work += prefill_work(chunk, cand.context_tokens)
+        t = self._times[level] = self.est.combine(max_tokens, max_p, work, len(self.ap),
+                                                  self.t_d)
+        return t
 
     def ok(self, level: int) -> bool:
         return self.time(level) <= self.tau
@@ -135,11 +158,13 @@ class _Search:
 def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState],
                Ap: Sequence[int] | None = None, prefills: Sequence[tuple[int, int]] = (),
                candidate: Candidate | None = None, quantum: int = DEFAULT_QUANTUM,
-               max_level: int = DEFAULT_MAX_LEVEL) -> int:
+               max_level: int = DEFAULT_MAX_LEVEL, hint: int | None = None) -> int:
     """n_tgt: the highest multiple of `quantum` (≤ max_level) whose filled state stays within τ.
 
     Returns 0 when no level is safe (then nothing is dispatched). Time is nondecreasing in the
     level, so doubling then bisecting over quantum multiples finds it in O(log B) estimates.
+    With a `hint` (a level near the answer, e.g. the last one) the same answer is found by
+    galloping from it (`_from_hint`), in O(log |answer − hint|) estimates.
     """
     if quantum < 1:
         raise ConfigError(f"dispatch: quantum: expected a positive integer, got {quantum!r}")
@@ -148,7 +173,11 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
     s = _Search(tau, est, ranks_state, Ap if Ap is not None else [0] * len(ranks_state),
                 prefills, candidate)
     top = max_level // quantum
-    if top < 1 or not s.ok(quantum):
+    if top < 1:
+        return 0
+    if hint is not None:
+        return _from_hint(s, top, quantum, hint)
+    if not s.ok(quantum):
         return 0
     lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
     while hi is None:
@@ -168,15 +197,63 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
     return lo * quantum
 
 
+def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
+    """`find_level`'s answer by galloping from `hint` (multiples of q). The doubling stops at
+    the first of 1, 2, 4, …, top that is saturated or top, P, and returns it if its level and
+    all before it are safe; else the bisection returns the highest safe multiple below the
+    first unsafe one. The time being nondecreasing in the level, both are "the highest safe
+    multiple up to P", which any bracketing finds (0 if even 1 is unsafe)."""
+    P = 1
+    while not (s.saturated(P * q) or P >= top):
+        P = min(2 * P, top)
+    h = min(max(hint // q, 1), P)
+    step = 1
+    if s.ok(h * q):                # safe up to h: gallop up
+        lo = h
+        while True:
+            if lo == P:
+                return P * q
+            x = min(lo + step, P)
+            if not s.ok(x * q):
+                hi = x
+                break
+            lo, step = x, 2 * step
+    else:                          # unsafe from h: gallop down
+        hi = h
+        while True:
+            x = hi - step
+            if x <= 1:
+                if not s.ok(q):
+                    return 0
+                lo = 1
+                break
+            if s.ok(x * q):
+                lo = x
+                break
+            hi, step = x, 2 * step
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if s.ok(mid * q):
+            lo = mid
+        else:
+            hi = mid
+    return lo * q
+
+
 def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState],
              Ap: Sequence[int] | None = None, candidate: Candidate | None = None,
              quantum: int = DEFAULT_QUANTUM, prefills: Sequence[tuple[int, int]] = (),
-             max_level: int = DEFAULT_MAX_LEVEL):
+             max_level: int = DEFAULT_MAX_LEVEL, hints: dict | None = None):
     """Alg. 2. Ap: prefill tokens already assigned per rank this iteration; prefills: their
     (ℓ, c) chunks. Without a candidate, returns the reference budget B (int); with one,
-    (ℓ_i, A_i): its chunk length min(m_i, B) and the per-rank split of that chunk."""
+    (ℓ_i, A_i): its chunk length min(m_i, B) and the per-rank split of that chunk.
+    `hints` (a dict the caller keeps): the last levels found, to search from (same answers)."""
     ap = list(Ap) if Ap is not None else [0] * len(ranks_state)
-    level = find_level(tau, est, ranks_state, ap, prefills, candidate, quantum, max_level)
+    key = candidate is not None
+    level = find_level(tau, est, ranks_state, ap, prefills, candidate, quantum, max_level,
+                       None if hints is None else hints.get(key, 0))
+    if hints is not None:
+        hints[key] = level
     loads = [a + r.num_decodes for a, r in zip(ap, ranks_state)]
     budget = sum(max(0, level - x) for x in loads)
     if candidate is None:

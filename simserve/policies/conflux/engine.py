@@ -20,6 +20,10 @@ _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
 class XpInstance(SpRanksEngine):
     margin = 0.0  # dispatch headroom (ConfluxConfig.tbt_margin, resolved by the policy)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._hints: dict = {}    # the last water levels found (searches start there)
+
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
         self._grow_decodes()
@@ -39,7 +43,7 @@ class XpInstance(SpRanksEngine):
                 specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
                 self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
                 quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
-                max_level=cfg.max_tokens_per_rank, margin=self.margin)
+                max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
         if not chunks and not any(nd):
             return None
         n_p = [0] * R

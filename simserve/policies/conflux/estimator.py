@@ -52,6 +52,12 @@ class ConfluxEstimator:
     beta: float = 1.0
     num_layers: int = 1
     overlap: bool = True  # False: T_P + T_D instead of max(β·T_P, α·T_D) (Fig. 13 ablation)
+    # True: Eq. 2 to the letter, max(β·T_P, α·T_D) even when one path is empty (a lone
+    # prefill costs β·T_P). False (default): the factors price contention between the two
+    # paths only — a lone path costs its own time, and overlap is never slower than running the
+    # paths back to back — the same form as simserve's SP cost model (cost_sp.py), so the
+    # cost model's α, β carry over to the estimator exactly
+    literal: bool = False
     # f_D from the profile: (decodes, Σ context, longest context) -> seconds per layer; None:
     # the affine a_D·Σc + a_D0 of Eq. 8
     decode_fn: Callable[[int, int, int | None], float] | None = field(default=None, compare=False,
@@ -93,17 +99,23 @@ class ConfluxEstimator:
         if max_tokens <= 0:
             return 0.0
         t_gemm = self.gamma * max_tokens + self.gamma0
-        attn = 0.0
+        t_p = None
         if max_prefill_tokens > 0:
             t_p = (self.a_comm * max_prefill_tokens + self.a_comm0
                    + self.a_p * prefill_work_sum / num_ranks + self.a_p0)
-            attn = self.beta * t_p
-        if t_d is not None:
-            if not self.overlap:
-                attn = attn / self.beta + t_d
-            else:
-                attn = max(attn, self.alpha * t_d)
-        return self.num_layers * (t_gemm + attn)
+        return self.num_layers * (t_gemm + self.split(t_p, t_d))
+
+    def split(self, t_p: float | None, t_d: float | None) -> float:
+        """The split attention region from its two paths (None: empty)."""
+        if t_p is None and t_d is None:
+            return 0.0
+        if not self.overlap:
+            return (t_p or 0.0) + (t_d or 0.0)
+        if self.literal:
+            return max(self.beta * (t_p or 0.0), self.alpha * (t_d or 0.0))
+        if t_p is None or t_d is None:
+            return t_p if t_d is None else t_d
+        return min(max(self.beta * t_p, self.alpha * t_d), t_p + t_d)
 
     def paths(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
               prefills: Sequence[tuple[int, int]],
@@ -145,10 +157,14 @@ def estimate_many(est: ConfluxEstimator, paths: np.ndarray, alpha, beta) -> np.n
     `ConfluxEstimator.paths`) for every (α, β) pair: shape (batches, pairs)."""
     g, p, d = (paths[:, k][:, None] for k in range(3))
     a, b = np.atleast_1d(alpha)[None, :], np.atleast_1d(beta)[None, :]
-    if est.overlap:
+    serial = np.where(np.isnan(p), 0.0, p) + np.where(np.isnan(d), 0.0, d)
+    if not est.overlap:
+        attn = serial
+    elif est.literal:
         attn = np.fmax(b * p, a * d)  # fmax skips the NaN of an empty path
-    else:
-        attn = np.where(np.isnan(p), 0.0, p) + np.where(np.isnan(d), 0.0, d)
+    else:  # contention only where both paths run; a lone path costs its own time
+        attn = np.where(np.isnan(p) | np.isnan(d), serial,
+                        np.minimum(np.fmax(b * p, a * d), serial))
     return est.num_layers * (g + np.where(np.isnan(attn), 0.0, attn))
 
 

@@ -34,15 +34,16 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   held_shard: Sequence[int], ranks: Sequence[RankState], free: Sequence[int],
                   est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
                   quantum: int, eta: float, headroom: float, block_size: int,
-                  max_level: int, margin: float = 0.0) -> tuple[int, list[Chunk]]:
+                  max_level: int, margin: float = 0.0, hints: dict | None = None
+                  ) -> tuple[int, list[Chunk]]:
     """(B0, accepted chunks in scheduling order). `needs_decode[k]`: pending[k] decodes after its
     first (next) token; `held_shard[k]`: shard blocks it already holds per rank; `free`: free
-    blocks per rank after this iteration's decode growth. Dispatch keeps the estimate within
-    τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
+    blocks per rank after this iteration's decode growth; `hints`: see `dispatch`. Dispatch
+    keeps the estimate within τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
     R = len(ranks)
     ap = [0] * R
     tau_d = tau * (1.0 - margin)
-    b0 = dispatch(tau_d, est, ranks, ap, None, quantum, max_level=max_level)
+    b0 = dispatch(tau_d, est, ranks, ap, None, quantum, max_level=max_level, hints=hints)
     admitted, rejected = ADMISSION[admission](pending, b0, now_s, tau)
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
@@ -51,7 +52,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     out: list[Chunk] = []
     for p in admitted + rejected:
         ell, per = dispatch(tau_d, est, ranks, ap, Candidate(p.remaining_tokens, p.context_tokens),
-                            quantum, prefills, max_level=max_level)
+                            quantum, prefills, max_level=max_level, hints=hints)
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]

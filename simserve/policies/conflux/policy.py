@@ -40,8 +40,7 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
         raise ConfigError(f"policy conflux: {exc}") from None
     est = fit_from_cost(cost, alpha, beta, cfg.max_tokens_per_rank, cfg.quantum,
                         cfg.decode_estimate)
-    if not cfg.overlap:
-        est = dataclasses.replace(est, overlap=False)
+    est = dataclasses.replace(est, overlap=cfg.overlap, literal=cfg.estimator_literal)
     kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
                        cfg.block_size, cfg.max_tokens_per_rank, 1024, cuda_graphs=cfg.cuda_graphs)
     blocks = cfg.num_gpu_blocks_override or kv.num_blocks

@@ -17,6 +17,7 @@ import numpy as np
 from simserve.hardware import controls
 from simserve.models import DTYPE_BYTES
 from simserve.policies.dualpace.gpu_worker import Assist
+from simserve.sim.clock import at
 
 FULL, SPLIT, FUSED = 0, 1, 2
 ROUTE_NAMES = ("full_cpu", "split_final", "fused_assist")
@@ -45,49 +46,93 @@ class CpuBatchExecutor:
         self.N = m.num_layers
         self.act_bytes = m.hidden * DTYPE_BYTES          # one bf16 hidden row
         self.route_counts = [0, 0, 0]
+        self._post_attn: dict[int, float] = {}
+        self._post_layer: dict[int, float] = {}
+        self.next_s = None      # when this batch's CPU side next acts (None: not known / idle)
+        self.route_now = None   # the route of the batch in progress
+        self.j = 0              # Fused-Assist: assists of layers < j are done
+        self.layer = None       # Fused-Assist: (H2D, GPU s, D2H, CPU s after) of layers < N − 1
+        self.pending = None     # the kind of assist it waits for on the event path
 
     def route(self, b: int) -> int:
         return int(controls.route(self.p, self.f, b))
 
-    # -- GPU-side compute of one assist (s) -------------------------------------------------
+    # -- GPU-side compute of one assist (s), per batch size -----------------------------------
     def gpu_post_attention_s(self, b: int) -> float:
-        ops = self.gpu.ops
-        us = sum(float(ops.dense[o](b)) for o in ("o", "gate_up", "down", "elementwise"))
-        return (us + 2.0 * float(self.gpu.allreduce_us(b))) * 1e-6
+        v = self._post_attn.get(b)
+        if v is None:
+            ops = self.gpu.ops
+            us = sum(float(ops.dense[o](b)) for o in ("o", "gate_up", "down", "elementwise"))
+            v = self._post_attn[b] = (us + 2.0 * float(self.gpu.allreduce_us(b))) * 1e-6
+        return v
 
     def gpu_post_layer_s(self, b: int) -> float:
-        return float(self.gpu.ops.lm_head(b)) * 1e-6
+        v = self._post_layer.get(b)
+        if v is None:
+            v = self._post_layer[b] = float(self.gpu.ops.lm_head(b)) * 1e-6
+        return v
 
     # -- one batch ---------------------------------------------------------------------------
+    def _sleep(self, delay: float):
+        """Wait `delay` from now; `next_s` is when (what the GPU engine may leap up to)."""
+        self.next_s = self.env.now + delay
+        return self.env.timeout(delay)
+
     def run(self, b: int, ctx_sum: int):
-        env, cpu, N = self.env, self.cpu, self.N
-        r = self.route(b)
+        """A process body. While it sleeps, `next_s` is when it next acts and `route`, `j`
+        where it stands: the GPU engine may serve assists in closed form meanwhile (a leap),
+        advancing `j` and `next_s`; the batch then sleeps on to the new `next_s`."""
+        cpu, N = self.cpu, self.N
+        r = self.route_now = self.route(b)
         self.route_counts[r] += 1
-        if r == FULL:
-            yield env.timeout(cpu.iteration_s(b, ctx_sum))
+        try:
+            if r == FULL:
+                yield self._sleep(cpu.iteration_s(b, ctx_sum))
+                return r
+            s = cpu.stage_us(b, ctx_sum)
+            two_rows = 2 * b * self.act_bytes             # residual + attention output / hidden
+            a_w = cpu.copy_us(two_rows)
+            if r == SPLIT:
+                h_w = cpu.copy_us(b * self.act_bytes)
+                local = s["pre_layer"] + N * (s["pre_attention"] + s["attention"]
+                                              + s["post_attention"]) + h_w
+                yield self._sleep(local * 1e-6)
+                yield from self._assist("split_final", b * self.act_bytes,
+                                        self.gpu_post_layer_s(b), b * 4, None)
+                return r
+            a_r = cpu.copy_us(two_rows)
+            layer_local = (s["pre_attention"] + s["attention"] + a_w) * 1e-6
+            post_attn = self.gpu_post_attention_s(b)
+            # per layer j < N − 1: (H2D, GPU s, D2H) of its assist, then the CPU part until the
+            # next one (read the result, the next layer's pre-attention and attention)
+            self.layer = (two_rows, post_attn, two_rows, a_r * 1e-6 + layer_local)
+            self.j = 0
+            # CPU work before the first assist (one event)
+            yield self._sleep(s["pre_layer"] * 1e-6 + layer_local)
+            while self.j < N - 1:
+                if self.env.now < self.next_s:    # a GPU leap served some: sleep on
+                    yield at(self.env, self.next_s)
+                    continue
+                self.j += 1
+                yield from self._assist("post_attention", *self.layer)
+            if self.env.now < self.next_s:
+                yield at(self.env, self.next_s)
+            yield from self._assist("fused_final", two_rows,
+                                    post_attn + self.gpu_post_layer_s(b), b * 4, None)
             return r
-        s = cpu.stage_us(b, ctx_sum)
-        two_rows = 2 * b * self.act_bytes                 # residual + attention output / hidden
-        a_w = cpu.copy_us(two_rows)
-        if r == SPLIT:
-            h_w = cpu.copy_us(b * self.act_bytes)
-            local = s["pre_layer"] + N * (s["pre_attention"] + s["attention"]
-                                          + s["post_attention"]) + h_w
-            yield env.timeout(local * 1e-6)
-            yield self.worker.submit(Assist(env, "split_final", b * self.act_bytes,
-                                            self.gpu_post_layer_s(b), b * 4))
-            return r
-        a_r = cpu.copy_us(two_rows)
-        layer_local = (s["pre_attention"] + s["attention"] + a_w) * 1e-6
-        post_attn = self.gpu_post_attention_s(b)
-        carry = s["pre_layer"] * 1e-6          # CPU work before the next assist (one event)
-        for j in range(N):
-            yield env.timeout(carry + layer_local)
-            if j < N - 1:
-                yield self.worker.submit(Assist(env, "post_attention", two_rows, post_attn,
-                                                two_rows))
-                carry = a_r * 1e-6              # read the result, then the next layer
-            else:
-                yield self.worker.submit(Assist(env, "fused_final", two_rows,
-                                                post_attn + self.gpu_post_layer_s(b), b * 4))
-        return r
+        finally:
+            self.next_s = self.route_now = None
+
+    def _assist(self, kind: str, h2d_bytes: float, gpu_s: float, d2h_bytes: float, then):
+        """One assist, then (unless `then` is None) `then` seconds of CPU work."""
+        env, w = self.env, self.worker
+        t = w.try_serve(h2d_bytes, gpu_s, d2h_bytes)
+        if t is None:
+            self.next_s, self.pending = None, kind
+            yield w.submit(Assist(env, kind, h2d_bytes, gpu_s, d2h_bytes))
+            self.pending = None
+            if then is not None and self.next_s is None:   # (else a GPU leap went on)
+                yield self._sleep(then)
+        else:                                   # served in closed form: wake when it is done
+            self.next_s = t if then is None else t + then
+            yield at(env, self.next_s)

@@ -45,6 +45,9 @@ class DualPaceConfig:
     activation_reserve_gib: float | None = None
     num_gpu_blocks_override: int | None = None
     num_cpu_blocks_override: int | None = None
+    # exact event leaping: decode-only GPU rounds leapt, assists and Prefill-to-CPU copies worked
+    # out in closed form when nothing can interfere; False steps every event (the reference)
+    leap: bool = True
 
     def validate(self) -> None:
         def pos_int(name, allow_none=True):
@@ -60,6 +63,8 @@ class DualPaceConfig:
         pos_int("tp")
         for n in ("cpu_tp", "hard_token_limit", "block_size"):
             pos_int(n, allow_none=False)
+        if not isinstance(self.leap, bool):
+            raise ValueError(f"leap: expected true or false, got {self.leap!r}")
         if not (isinstance(self.host_kv_gib, (int, float)) and self.host_kv_gib > 0):
             raise ValueError(f"host_kv_gib: expected a positive number, got {self.host_kv_gib!r}")
         if not (0 < self.gpu_memory_utilization <= 1):

@@ -27,6 +27,7 @@ class CpuEngine:
         self.gpu_poke = None                # set by build: wakes the GPU engine
         self.num_batches = 0
         self.busy_s = 0.0
+        self.in_batch = False               # running a batch (`ex` knows where it stands)
 
     def _select(self) -> list[int]:
         st, t = self.st, self.ctx.table
@@ -69,6 +70,25 @@ class CpuEngine:
         st.cpu_running = sel
         return sel
 
+    def idle_for_good(self) -> bool:
+        """Waiting, and `_select` would find nothing and change nothing until the GPU engine
+        moves a request or the host pool: nothing running, and the waiting head (if any)
+        unfinished and either not ready or beyond the envelope."""
+        st, t = self.st, self.ctx.table
+        if self.in_batch or st.cpu_running:
+            return False
+        w = st.cpu_waiting
+        if not w:
+            return True
+        r = w[0]
+        if t.generated[r] >= t.output[r]:
+            return False
+        if not st.ready[r]:
+            return True
+        pool = st.host_pool
+        room = pool.num_blocks - pool.num_used - st.migration_reserve
+        return max(int(st.peak[r] - st.host_blocks[r]), 0) > room
+
     def run(self):
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = st.host_pool.block_size
@@ -92,10 +112,13 @@ class CpuEngine:
             st.host_blocks[ids] += nb
             ctx_sum = int((t.computed[ids] + 1).sum())
             t0 = env.now
+            self.in_batch = True
             yield env.process(self.ex.run(len(ids), ctx_sum))
+            self.in_batch = False
             self.busy_s += env.now - t0
             self.num_batches += 1
             self.ctx.recorder.num_iterations += 1
+            self.ctx.recorder.num_steps_scheduled += 1
             if st.log is not None:
                 st.log.append((t0, env.now, "cpu", ids.copy()))
             t.computed[ids] += 1

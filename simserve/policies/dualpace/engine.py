@@ -79,7 +79,7 @@ def build(ctx, cfg: DualPaceConfig):
                           "workload's context or raise host_kv_gib")
     t.track_cpu_tokens()
     worker = GpuWorker(env, cl.gpus[0].h2d, cl.gpus[0].d2h, r["assist_host_us"] * 1e-6,
-                       r["staged"])
+                       r["staged"], closed_form=cfg.leap)
     ex = CpuBatchExecutor(env, r["cpu_cost"], r["gpu_cost"], worker, r["assist_p"],
                           r["assist_f"])
     gpu = GpuEngine(ctx, cfg, st, worker, r["gpu_cost"], max_seqs=r["max_num_seqs"],
@@ -87,6 +87,7 @@ def build(ctx, cfg: DualPaceConfig):
                     staging_tokens=r["staging_tokens"], poll_s=cfg.boundary_poll_us * 1e-6, tp=r["tp"])
     cpu = CpuEngine(ctx, st, ex, r["cpu_batch_limit"], cfg.hard_token_limit)
     cpu.gpu_poke = gpu.poke
+    gpu.cpu = cpu
     env.process(gpu.run())
     env.process(cpu.run())
     ctx.stats["engines"] = [{k: v for k, v in r.items() if not k.endswith("_cost")}]

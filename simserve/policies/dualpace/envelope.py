@@ -25,7 +25,9 @@ def growth_blocks(current: Sequence[int], peaks: Sequence[int]) -> int:
 
 def migration_tail_len(q_gpu_peaks_in_order: Sequence[int], gpu_capacity: int) -> int:
     """How many requests at the eviction tail of Q_G must be reserved host space (Eq. 4)."""
-    rest = sum(int(p) for p in q_gpu_peaks_in_order)
+    rest = sum(q_gpu_peaks_in_order)
+    if rest <= gpu_capacity:
+        return 0
     k = 0
     for p in reversed(q_gpu_peaks_in_order):
         if rest <= gpu_capacity:
@@ -39,6 +41,8 @@ def migration_blocks(q_gpu_peaks_in_order: Sequence[int], gpu_capacity: int) -> 
     """Eq. 4: B_migration. Scan Q_G from its eviction-priority tail, moving each b̂ into
     B_migration until the remaining finish peaks fit in HBM (0 if they already fit)."""
     k = migration_tail_len(q_gpu_peaks_in_order, gpu_capacity)
+    if k == 0:
+        return 0
     return int(sum(int(p) for p in q_gpu_peaks_in_order[len(q_gpu_peaks_in_order) - k:]))
 
 

@@ -14,11 +14,15 @@ from collections import deque
 import numpy as np
 
 from simserve.cost import BatchShape
+from simserve.policies.dualpace.copies import CopyStream
+from simserve.policies.dualpace.gpu_leap import plan_leap
 from simserve.policies.dualpace.gpu_schedule import plan_round
 from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.policies.dualpace.state import CPU, GPU, MIGRATING, NONE, SharedState
+from simserve.sim.clock import at
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+DECODE_LOOKAHEAD = 64     # decode steps priced per cost-model call
 
 
 class GpuEngine:
@@ -40,9 +44,15 @@ class GpuEngine:
         self.copy_done = None
         self.dest = np.zeros(ctx.table.n, dtype=np.int8)   # residency chosen at admission
         self._wake = None
+        self.cpu = None                 # the CPU engine (set by build): a leap asks it
         self.counts = dict(swap_out=0, swap_in=0, prefill_to_gpu=0, prefill_to_cpu=0, marks=0,
                            migration_only_rounds=0, rounds=0)
         self.p2c_copy_bytes = 0
+        # how much was worked out in closed form (leaps, assists in them, copies)
+        self.leap_counts = dict(leaps=0, rounds=0, assists=0, assists_after=0,
+                                copy_assists=0, copy_interrupts=0)
+        self._dcache: dict = {}
+        self._lm_s: dict = {}
 
     def enqueue(self, rid: int) -> None:
         self.st.owner[rid] = GPU
@@ -67,6 +77,16 @@ class GpuEngine:
                 self._wake = None
                 continue
             self.counts["rounds"] += 1
+            if self.cfg.leap:
+                lp = plan_leap(self, plan)
+                if lp is not None:
+                    lp.commit()
+                    with self.worker.hold() as req:     # the GPU is the leap's
+                        yield req
+                        yield at(env, lp.end)
+                    lp.apply()
+                    self.st.poke_cpu()
+                    continue
             yield from self._commit(plan)
             if plan.has_forward:
                 yield from self._forward(plan)
@@ -131,42 +151,52 @@ class GpuEngine:
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = self.pool.block_size
         dec = np.asarray(plan.decodes + plan.swap_in, dtype=np.int64)
-        nb = np.maximum(-(-(t.computed[dec] + 1) // bs) - t.blocks[dec], 0)
+        ctx = t.computed[dec] + 1                      # each decode's attention length
+        nb = np.maximum(-(-ctx // bs) - t.blocks[dec], 0)
         self.pool.allocate(int(nb.sum()))
         t.blocks[dec] += nb
-        g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
-        if len(g):                                     # persistent HBM for the whole prompt
-            gb = -(-t.prompt[g] // bs)
-            self.pool.allocate(int(gb.sum()))
-            t.blocks[g] = gb
-            self.dest[g] = GPU
-            self.counts["prefill_to_gpu"] += len(g)
-        c = np.asarray(plan.to_cpu, dtype=np.int64)
-        pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
         if np.any(st.owner[dec] != GPU):
             raise RuntimeError("GPU engine: batch holds a decode it does not own")
-        chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
-        ctx0 = t.computed[pre_ids]
-        last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]     # these sample a first token
-        shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
-                           prefill_ctx=ctx0, num_decodes=len(dec),
-                           decode_ctx_sum=int((t.computed[dec] + 1).sum()),
-                           num_sample_rows=len(dec) + len(last), decode_ctx=t.computed[dec] + 1)
-        run = self._main_run(shape)
-        if len(c):
-            nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
-            run.on_start = lambda: self._start_copies(run, c, nbytes)
+        prefill = bool(plan.to_gpu or plan.to_cpu)
+        if prefill:
+            g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
+            if len(g):                                 # persistent HBM for the whole prompt
+                gb = -(-t.prompt[g] // bs)
+                self.pool.allocate(int(gb.sum()))
+                t.blocks[g] = gb
+                self.dest[g] = GPU
+                self.counts["prefill_to_gpu"] += len(g)
+            c = np.asarray(plan.to_cpu, dtype=np.int64)
+            pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
+            chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
+            ctx0 = t.computed[pre_ids]
+            last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]  # these sample a first token
+            shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
+                               prefill_ctx=ctx0, num_decodes=len(dec),
+                               decode_ctx_sum=int(ctx.sum()),
+                               num_sample_rows=len(dec) + len(last), decode_ctx=ctx)
+            run = self._main_run(shape)
+            if len(c):
+                nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
+                run.on_start = lambda: self._start_copies(run, c, nbytes)
+        else:
+            run = self._stages(self._decode_s(len(dec), int(ctx.sum()), int(ctx.max())),
+                               len(dec), len(dec))
         run.applied = env.event()
-        t0 = env.now
         yield env.process(self.worker.run_main(run))
-        if st.log is not None:
-            st.log.append((run.start, env.now, "gpu", np.concatenate((dec, pre_ids))))
-        t.computed[dec] += 1
-        t.computed[pre_ids] += chunks
-        while self.waiting and t.computed[self.waiting[0]] >= t.prompt[self.waiting[0]]:
-            self.waiting.popleft()                     # prefilled prompts leave the queue
-        done = t.emit(np.concatenate((dec, last)), env.now)
-        self.running.extend(r for r in last.tolist() if self.dest[r] == GPU)
+        t.computed[dec] = ctx
+        if prefill:
+            if st.log is not None:
+                st.log.append((run.start, env.now, "gpu", np.concatenate((dec, pre_ids))))
+            t.computed[pre_ids] += chunks
+            while self.waiting and t.computed[self.waiting[0]] >= t.prompt[self.waiting[0]]:
+                self.waiting.popleft()                 # prefilled prompts leave the queue
+            done = t.emit(np.concatenate((dec, last)), env.now)
+            self.running.extend(r for r in last.tolist() if self.dest[r] == GPU)
+        else:
+            if st.log is not None:
+                st.log.append((run.start, env.now, "gpu", dec))
+            done = t.emit(dec, env.now)
         if len(done):
             on_gpu = done[st.owner[done] == GPU]
             self.pool.free(int(t.blocks[on_gpu].sum()))
@@ -174,47 +204,46 @@ class GpuEngine:
             st.owner[on_gpu] = NONE
             gone = set(on_gpu.tolist())
             self.running = [r for r in self.running if r not in gone]
-        del t0
         run.applied.succeed()
-        self.ctx.recorder.num_iterations += 1
-        self.ctx.recorder.sample(env.now, self.index, len(self.running), len(self.waiting),
-                                 self.pool.num_used, t.num_emitted)
+        rec = self.ctx.recorder
+        rec.num_iterations += 1
+        rec.num_steps_scheduled += 1
+        rec.sample(env.now, self.index, len(self.running), len(self.waiting),
+                   self.pool.num_used, t.num_emitted)
 
     def _main_run(self, shape: BatchShape) -> MainRun:
         """Split the whole-forward time into pre-layer (host overheads), N equal layers and
         the post-layer (LM head); staged execution adds the empty-poll cost per layer."""
         cm = self.cost
-        total = cm.step_s(shape)
-        seqs = shape.num_prefills + shape.num_decodes
+        if shape.num_prefills:
+            total = float(cm.step_s(shape))
+        else:
+            total = self._decode_s(shape.num_decodes, shape.decode_ctx_sum,
+                                   int(shape.decode_ctx.max()))
+        return self._stages(total, shape.num_prefills + shape.num_decodes,
+                            shape.num_sample_rows)
+
+    def _stages(self, total: float, seqs: int, rows: int) -> MainRun:
+        cm = self.cost
         pre = (cm.iter_us + cm.per_seq_us * seqs) * 1e-6
-        post = float(cm.ops.lm_head(shape.num_sample_rows)) * 1e-6
+        post = self._lm_s.get(rows)
+        if post is None:
+            post = self._lm_s[rows] = float(cm.ops.lm_head(rows)) * 1e-6
         layer = max(total - pre - post, 0.0) / self.N
         if self.worker.staged:
             layer += self.poll_s
         return MainRun(self.ctx.env.now, pre, layer, post, self.N)
 
-    def _start_copies(self, run: MainRun, ids: np.ndarray, nbytes_layer: float):
-        self.copy_done = self.ctx.env.process(self._copies(run, ids, nbytes_layer))
+    def _decode_s(self, B: int, S: int, cmax: int) -> float:
+        """`GpuCostModel.decode_only_s(B, S, cmax)`: the same decodes one step later have
+        S + B and cmax + 1, so the next steps are priced with it at once (identical floats)."""
+        v = self._dcache.get((B, S, cmax))
+        if v is None:
+            i = np.arange(DECODE_LOOKAHEAD, dtype=np.int64)
+            d = self.cost.decode_only_s(B, S + B * i, cmax + i).tolist()
+            self._dcache = {(B, S + B * j, cmax + j): x for j, x in enumerate(d)}
+            v = d[0]
+        return v
 
-    def _copies(self, run: MainRun, ids: np.ndarray, nbytes_layer: float):
-        """Prefill-to-CPU: layer j's K/V go D2H once layer j has run; ready after the last."""
-        env, st, t = self.ctx.env, self.st, self.ctx.table
-        d2h = self.ctx.cluster.gpus[0].d2h
-        for j in range(self.N):
-            while True:
-                te = run.layer_end(j, env.now)
-                if te <= env.now:
-                    break
-                yield env.timeout(te - env.now)
-            yield from d2h.transfer(nbytes_layer)
-            self.p2c_copy_bytes += int(nbytes_layer)
-        if not run.applied.triggered:           # the batch's tokens are applied at its end
-            yield run.applied
-        fin = ids[t.generated[ids] >= t.output[ids]]
-        if len(fin):
-            st.host_pool.free(int(st.host_blocks[fin].sum()))
-            st.host_blocks[fin] = 0
-            st.owner[fin] = NONE
-        live = ids[(t.generated[ids] < t.output[ids]) & (t.computed[ids] >= t.prompt[ids])]
-        st.owner[live] = CPU
-        st.set_ready(live)
+    def _start_copies(self, run: MainRun, ids: np.ndarray, nbytes_layer: float):
+        self.copy_done = CopyStream(self, run, ids, nbytes_layer).proc

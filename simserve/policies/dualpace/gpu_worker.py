@@ -7,13 +7,22 @@ A main batch is not simulated as N+2 events: it is one timeout, interrupted only
 assist arrives; the assist then waits for the next boundary, is served, and the rest of the
 batch shifts by the service time (`MainRun` keeps the shifts so layer end times stay exact).
 In whole-forward mode (C ≤ F, assists unreachable) there are no boundaries at all.
+
+While a main batch runs with nothing else on the PCIe channels, an assist's whole service is
+known when it is asked for (`try_serve`): the boundary it waits for, its GPU time and both
+transfers are worked out in closed form with the same float operations the events would do, and
+the CPU side sleeps until the result is back (one event instead of about ten). Otherwise it goes
+through the queue and the events (`submit`).
 """
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 
 import simpy
+
+from simserve.sim.clock import at
 
 
 class Assist:
@@ -31,16 +40,32 @@ class MainRun:
     at boundaries ≤ k (boundary k = after k stages). Stage 0 is the pre-layer, 1..N the layers,
     N+1 the post-layer."""
 
-    __slots__ = ("start", "pre", "layer", "post", "N", "shift", "shifts", "on_start", "pending",
-                 "applied")
+    __slots__ = ("start", "pre", "layer", "post", "N", "shift", "shifts", "bounds", "cums",
+                 "on_start", "pending", "applied", "arm")
 
     def __init__(self, start, pre, layer, post, N):
         self.start, self.pre, self.layer, self.post, self.N = start, pre, layer, post, N
         self.shift = 0.0
-        self.shifts: list[tuple[int, float]] = []
+        self.shifts: list[tuple[int, float]] = []   # (boundary, assist time), in time order
+        self.bounds: list[int] = []     # their boundaries (nondecreasing)
+        self.cums: list[float] = []     # the shift after each
         self.on_start = None
         self.pending = None     # (boundary, since) of an assist service in progress
         self.applied = None     # event the engine triggers once the batch's tokens are applied
+        self.arm = start        # when the worker last set its end-of-batch timer
+
+    def expected_end(self) -> float:
+        """When the worker's end-of-batch timer fires: armed at `arm` for `end − arm`."""
+        a = self.arm
+        return a + max(0.0, self.end - a)
+
+    def next_boundary(self, now: float):
+        """The first stage boundary at or after `now` (None: in the post-layer)."""
+        x = now - self.start - self.shift - 1e-12
+        if x <= self.pre:
+            return 1
+        k = 1 + int(math.ceil((x - self.pre) / self.layer)) if self.layer > 0 else self.N + 1
+        return k if k <= self.N + 1 else None
 
     def offset(self, k: int) -> float:
         """Unshifted time after k stages."""
@@ -50,13 +75,22 @@ class MainRun:
             return self.pre + (k - 1) * self.layer
         return self.pre + self.N * self.layer + self.post
 
+    def add_shift(self, k: int, d: float) -> None:
+        """An assist of `d` seconds served at boundary k: the stages after it wait."""
+        self.shift += d
+        self.shifts.append((k, d))
+        self.bounds.append(k)
+        self.cums.append(self.shift)
+
     def layer_end(self, j: int, now: float) -> float:
         """Absolute end time of transformer layer j (0-based) as known at `now` (a lower
-        bound while an assist is being served before it)."""
-        k = j + 2
-        t = self.start + self.offset(k) + sum(d for b, d in self.shifts if b <= k - 1)
-        if self.pending is not None and self.pending[0] <= k - 1:
-            t += now - self.pending[1]
+        bound while an assist is being served before it): the assists at boundaries ≤ j + 1
+        (a prefix of the shifts, whose running sum is their sum) delay it."""
+        i = bisect_right(self.bounds, j + 1)
+        t = self.start + (self.pre + (j + 1) * self.layer) + (self.cums[i - 1] if i else 0)
+        p = self.pending
+        if p is not None and p[0] <= j + 1:
+            t += now - p[1]
         return t
 
     @property
@@ -65,10 +99,17 @@ class MainRun:
 
 
 class GpuWorker:
-    def __init__(self, env: simpy.Environment, h2d, d2h, host_s: float, staged: bool):
+    def __init__(self, env: simpy.Environment, h2d, d2h, host_s: float, staged: bool,
+                 closed_form: bool = True):
         self.env, self.h2d, self.d2h = env, h2d, d2h
         self.host_s = host_s
         self.staged = staged
+        self.closed_form = closed_form
+        self.run: MainRun | None = None   # the staged main batch holding the GPU
+        self.copies = None                # Prefill-to-CPU copies worked out in closed form
+        self.serving = None               # (assist, start) in service on the event path
+        self._idle_req = None             # the idle server's claim on the GPU
+        self.num_closed_form = 0
         self.queue: deque[Assist] = deque()
         self._arrive = env.event()
         self._lock = simpy.Resource(env, capacity=1)
@@ -78,8 +119,105 @@ class GpuWorker:
         self.run_log = None   # list of (start, end) of main batches, when tests ask
         env.process(self._idle_server())
 
+    @property
+    def idle(self) -> bool:
+        """No batch, no assist queued or in service, both channels free."""
+        return (self.run is None and not self.queue and not self._lock.count
+                and not self._lock.queue and self.copies is None and self.h2d.idle
+                and self.d2h.idle)
+
+    def hold(self):
+        """A claim on the GPU (a context manager to yield, as `run_main` holds it)."""
+        return self._lock.request()
+
+    def free_at(self):
+        """When the GPU is free again if nothing else asks for it or the channels meanwhile:
+        now when idle; the end of the assist the idle server is serving, if that is all
+        (None otherwise)."""
+        if self.idle:
+            return self.env.now
+        if self.run is not None or self._lock.queue or self.copies is not None:
+            return None
+        if self.serving is not None and not self.queue:
+            a, t0 = self.serving
+        elif (self.serving is None and len(self.queue) == 1 and self._idle_req is not None
+              and self._lock.users == [self._idle_req]):
+            a, t0 = self.queue[0], self.env.now    # the idle server takes it up now
+        else:
+            return None
+        t = t0 + (self.host_s + a.gpu_s)
+        if a.h2d_bytes:
+            t = t + self.h2d.duration_s(a.h2d_bytes)
+        if a.d2h_bytes:
+            t = t + self.d2h.duration_s(a.d2h_bytes)
+        return t
+
     # -- assists --------------------------------------------------------------------------
+    def try_serve(self, h2d_bytes: float, gpu_s: float, d2h_bytes: float):
+        """The time an assist asked for now completes, when the running main batch serves it
+        at its next boundary with both channels free; None: `submit` it instead."""
+        run, now, cs = self.run, self.env.now, self.copies
+        if (run is None or not self.closed_form or self.queue or run.pending is not None
+                or now >= run.expected_end() or not (self.h2d.idle and self.d2h.idle)):
+            if cs is not None:
+                cs.interrupt()               # its copies now share the D2H channel
+            return None
+        if cs is not None:                   # Prefill-to-CPU copies share the D2H channel
+            if cs.run is not run:
+                cs.interrupt()
+                return None
+            sv = cs.serve(now, h2d_bytes, gpu_s, d2h_bytes)
+            return None if sv is None else sv[2]
+        sv = self.service(run, now, h2d_bytes, gpu_s, d2h_bytes)
+        if sv is None:
+            return None
+        self.book(run, sv, h2d_bytes, d2h_bytes)
+        return sv[2]
+
+    def service(self, run: MainRun, now: float, h2d_bytes: float, gpu_s: float,
+                d2h_bytes: float):
+        """(boundary, start, end, H2D time, D2H time) of an assist arriving at `now` during
+        `run` with both channels free, as the events would time it; None in the post-layer."""
+        k = run.next_boundary(now)
+        if k is None:
+            return None
+        b = run.start + run.offset(k) + run.shift
+        t0 = now + (b - now) if b > now else now
+        t = t0 + (self.host_s + gpu_s)
+        dh = dd = None
+        if h2d_bytes:
+            dh = self.h2d.duration_s(h2d_bytes)
+            t = t + dh
+        if d2h_bytes:
+            dd = self.d2h.duration_s(d2h_bytes)
+            t = t + dd
+        return k, t0, t, dh, dd
+
+    def book(self, run: MainRun, sv, h2d_bytes: float, d2h_bytes: float) -> None:
+        """A closed-form assist service: counted, and the batch shifted by it."""
+        self.count(sv, h2d_bytes, d2h_bytes)
+        self.shift(run, sv)
+
+    def count(self, sv, h2d_bytes: float, d2h_bytes: float) -> None:
+        _, t0, t, dh, dd = sv
+        if dh is not None:
+            self.h2d.book(h2d_bytes, dh)
+        if dd is not None:
+            self.d2h.book(d2h_bytes, dd)
+        self.num_assists += 1
+        self.num_closed_form += 1
+        self.assist_busy_s += t - t0
+
+    @staticmethod
+    def shift(run: MainRun, sv) -> None:
+        """The rest of the batch waits for the service; the worker re-arms its timer then."""
+        k, t0, t, _, _ = sv
+        run.add_shift(k, t - t0)
+        run.arm = t
+
     def submit(self, a: Assist) -> simpy.Event:
+        if self.copies is not None:
+            self.copies.interrupt()
         self.queue.append(a)
         if not self._arrive.triggered:
             self._arrive.succeed()
@@ -91,11 +229,13 @@ class GpuWorker:
         while self.queue:
             a = self.queue.popleft()
             t0 = env.now
+            self.serving = (a, t0)
             yield env.timeout(self.host_s + a.gpu_s)   # launch/finalise + CUDA compute
             if a.h2d_bytes:
                 yield from self.h2d.transfer(a.h2d_bytes)
             if a.d2h_bytes:
                 yield from self.d2h.transfer(a.d2h_bytes)
+            self.serving = None
             self.num_assists += 1
             self.assist_busy_s += env.now - t0
             a.done.succeed()
@@ -108,8 +248,10 @@ class GpuWorker:
                 yield self._arrive
                 continue
             with self._lock.request() as req:
+                self._idle_req = req
                 yield req
                 yield from self._serve_queue()
+            self._idle_req = None
 
     # -- main batches ---------------------------------------------------------------------
     def run_main(self, run: MainRun):
@@ -117,41 +259,39 @@ class GpuWorker:
         env = self.env
         with self._lock.request() as req:
             yield req
-            run.start = env.now
+            run.start = run.arm = env.now
             if run.on_start is not None:
                 run.on_start()
             if not self.staged:
                 yield env.timeout(run.end - env.now)
             else:
+                self.run = run
                 while True:
                     if not self.queue:
                         if self._arrive.triggered:
                             self._arrive = env.event()
-                        t = env.timeout(max(0.0, run.end - env.now))
+                        t = at(env, run.expected_end())
                         yield t | self._arrive
-                        if t.processed or env.now >= run.end:
+                        if t.processed:
+                            if env.now < run.expected_end():
+                                continue         # a closed-form assist moved the end
                             break
-                    k = self._next_boundary(run)
+                        if env.now >= run.end:
+                            break
+                    k = run.next_boundary(env.now)
                     if k is None:        # in the post-layer: served after the batch
                         yield env.timeout(max(0.0, run.end - env.now))
                         break
-                    at = run.start + run.offset(k) + run.shift
-                    if at > env.now:
-                        yield env.timeout(at - env.now)
+                    b = run.start + run.offset(k) + run.shift
+                    if b > env.now:
+                        yield env.timeout(b - env.now)
                     t0 = env.now
                     run.pending = (k, t0)
                     yield from self._serve_queue()
                     run.pending = None
-                    d = env.now - t0
-                    run.shift += d
-                    run.shifts.append((k, d))
+                    run.add_shift(k, env.now - t0)
+                    run.arm = env.now
+                self.run = None
             self.main_busy_s += (run.end - run.start) - run.shift
             if self.run_log is not None:
                 self.run_log.append((run.start, run.end))
-
-    def _next_boundary(self, run: MainRun):
-        now = self.env.now - run.start - run.shift - 1e-12
-        if now <= run.pre:
-            return 1
-        k = 1 + int(math.ceil((now - run.pre) / run.layer)) if run.layer > 0 else run.N + 1
-        return k if k <= run.N + 1 else None

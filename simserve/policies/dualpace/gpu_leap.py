@@ -1,0 +1,201 @@
+"""Exact event leaping of DualPace's GPU engine over decode-only rounds.
+
+A round whose plan (`gpu_schedule.plan_round`) is "decode every running request, nothing else"
+repeats with every context one longer until something changes the plan's inputs: an arrival,
+a request finishing, the KV pool running short, or the CPU engine acting (a batch ending or
+starting, which moves requests, host blocks and queues). In between, the rounds are worked out
+in closed form with the float operations the events would do (`MainRun` stages from the
+same cost-model call, the worker's timer arithmetic), and so are the Fused-Assist assists the
+CPU engine asks for meanwhile (`GpuWorker.service`, served at the round's stage boundaries),
+which shift those rounds. The engine then sleeps until the last round ends and applies the
+tokens in one go, and the CPU batch sleeps on to its next assist.
+
+An assist asked for in a round's post-layer is served right after the round, before the next
+one starts (planned at the round's end, it starts when the assist is done). After the last
+round the CPU batch asks for it itself, as it would: the engine holds the GPU (the worker's
+lock) through the leap, so the worker serves it once the leap ends, its transfers sharing the
+channels with whatever the next plan moves. A leap may start while the worker serves an
+assist (`GpuWorker.free_at`): its first round starts when that one is done. A leap
+stops before a round planned at or after the next arrival (unless prompts already wait:
+admission stopped at the queue's head, and an arrival joins behind it), or that the CPU
+engine's next act (a batch's end, a Split-Final or the final Fused-Assist assist, after which
+the CPU engine picks a new batch) does not come strictly after; an idle CPU engine must stay
+idle (`CpuEngine.idle_for_good`). The plan's other steps (swap-ins, marks, prefill admission)
+find nothing in later rounds when they find nothing now: free HBM only shrinks and nothing
+else they read changes. The Prefill-to-CPU copies of a round are never leapt (`copies`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simserve.policies.dualpace.assist import FUSED
+from simserve.policies.dualpace.state import GPU, NONE
+from simserve.sim.leap import largest_k
+
+LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
+
+
+class Round:
+    """One leapt round: its MainRun (start, stages, shifts), its end, the assists served at
+    its boundaries, the one served right after it (it came in the post-layer) if any, and
+    where the CPU batch stands after it (next act, assists done)."""
+
+    __slots__ = ("run", "end", "served", "after", "next_s", "j", "asks")
+
+    def __init__(self, run, end, served, after, next_s, j, asks):
+        self.run, self.end, self.served, self.after = run, end, served, after
+        self.next_s, self.j = next_s, j
+        self.asks = asks        # (when, assists done) of the CPU batch before `after`
+
+
+class Leap:
+    """Decode-only rounds worked out at once; `end` is when the last one ends."""
+
+    def __init__(self, eng, ids: np.ndarray):
+        self.eng, self.ids = eng, ids
+        self.rounds: list[Round] = []
+
+    @property
+    def end(self) -> float:
+        return self.rounds[-1].end
+
+    def commit(self) -> None:
+        """At the start: where the CPU batch stands after the leap (it sleeps on to there).
+        When the last round is followed by an assist service, the batch asks for that assist
+        itself, on the event path: the worker serves it once the leap hands the GPU back."""
+        last = self.rounds[-1]
+        if last.j is not None:
+            ex = self.eng.cpu.ex
+            ex.next_s, ex.j = last.asks if last.after is not None else (last.next_s, last.j)
+
+    def _account(self) -> None:
+        """Worker, channels and logs, in the order the rounds would have counted them."""
+        eng = self.eng
+        w, st, ex = eng.worker, eng.st, eng.cpu.ex
+        h2d, _, d2h, _ = ex.layer or (0, 0, 0, 0)
+        last = self.rounds[-1]
+        for r in self.rounds:
+            for sv in r.served:
+                w.count(sv, h2d, d2h)
+            run = r.run
+            w.main_busy_s += (run.end - run.start) - run.shift
+            if w.run_log is not None:
+                w.run_log.append((run.start, run.end))
+            if st.log is not None:
+                st.log.append((run.start, r.end, "gpu", self.ids.copy()))
+            if r.after is not None and r is not last:
+                w.count(r.after, h2d, d2h)
+        lc = eng.leap_counts
+        lc["leaps"] += 1
+        lc["rounds"] += len(self.rounds)
+        lc["assists"] += sum(len(r.served) for r in self.rounds)
+        lc["assists_after"] += sum(r.after is not None for r in self.rounds[:-1])
+
+    def apply(self) -> None:
+        """At `end`: accounting, KV, tokens, finished requests (as k rounds of
+        `GpuEngine._forward`)."""
+        self._account()
+        eng = self.eng
+        st, t, ids, bs = eng.st, eng.ctx.table, self.ids, eng.pool.block_size
+        k = len(self.rounds)
+        c, held = t.computed[ids], t.blocks[ids]
+        grown = np.maximum(held, -(-(c + k) // bs))
+        eng.pool.allocate(int(grown.sum() - held.sum()))
+        t.blocks[ids] = grown
+        t.computed[ids] = c + k
+        if k > 1:
+            t.emit_many(ids, np.array([r.end for r in self.rounds[:-1]]))
+        done = t.emit(ids, self.end)
+        if len(done):
+            on_gpu = done[st.owner[done] == GPU]
+            eng.pool.free(int(t.blocks[on_gpu].sum()))
+            t.blocks[on_gpu] = 0
+            st.owner[on_gpu] = NONE
+            gone = set(on_gpu.tolist())
+            eng.running = [r for r in eng.running if r not in gone]
+        eng.counts["rounds"] += k - 1
+        rec = eng.ctx.recorder
+        rec.num_iterations += k
+        rec.sample(self.end, eng.index, len(eng.running), len(eng.waiting), eng.pool.num_used,
+                   t.num_emitted)
+
+
+def plan_leap(eng, plan) -> Leap | None:
+    """The leap starting with this round's `plan`, or None when it must be stepped."""
+    t, w, cpu = eng.ctx.table, eng.worker, eng.cpu
+    if (plan.victims or plan.swap_in or plan.to_gpu or plan.to_cpu or plan.marks
+            or plan.migration_only or eng.copy_done is not None
+            or plan.decodes != eng.running):
+        return None
+    now = eng.ctx.env.now
+    free_at = w.free_at()          # the first round starts then (after an assist in service)
+    if free_at is None:
+        return None
+    ex, N = cpu.ex, eng.N
+    soft, j = False, None
+    if cpu.in_batch:
+        a = ex.next_s                         # the CPU batch's next act
+        if ex.route_now == FUSED and w.staged and (
+                ex.j < N - 1 if a is not None else ex.pending == "post_attention"):
+            soft, j = True, ex.j
+            h2d, gpu_s, d2h, nxt = ex.layer
+            if a is None:                     # it waits for the assist in service
+                a = free_at + nxt
+        if a is None or not a > now:
+            return None
+    elif cpu.idle_for_good():
+        a = math.inf
+    else:
+        return None
+    if free_at > now and not soft:
+        return None
+    ids = np.asarray(eng.running, dtype=np.int64)
+    c, held = t.computed[ids], t.blocks[ids]
+    bs, free, H = eng.pool.block_size, eng.pool.num_free, int(held.sum())
+    kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
+    kmax = largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
+    B, S0, cmax0 = len(ids), int((c + 1).sum()), int(c.max()) + 1
+    # prompts that wait now wait on: admission stops at the head of the queue, and what it
+    # checks only gets tighter; an arrival joins behind it and changes nothing
+    arrival = math.inf if eng.waiting else eng.ctx.source.next_arrival_s
+    host_s = w.host_s
+    lp = Leap(eng, ids)
+    s, p = free_at, now    # the next round's start, and when it was planned
+    for i in range(kmax):
+        if i and not p < arrival:
+            break
+        run = eng._stages(eng._decode_s(B, S0 + B * i, cmax0 + i), B, B)
+        run.start = run.arm = s
+        E = run.expected_end()
+        served, after, asks = [], None, None
+        while soft and j < N - 1 and a < E:   # Fused-Assist assists during this round
+            sv = w.service(run, a, h2d, gpu_s, d2h)
+            if sv is None:
+                # in the post-layer: the worker waits the batch out, then serves it (with
+                # the GPU free, both channels free) before the next round can start
+                asks = (a, j)
+                E = a + max(0.0, run.end - a)
+                t1 = E + (host_s + gpu_s)
+                t2 = t1 + sv_time(w.h2d, h2d)
+                t3 = t2 + sv_time(w.d2h, d2h)
+                after = (None, E, t3, w.h2d.duration_s(h2d) if h2d else None,
+                         w.d2h.duration_s(d2h) if d2h else None)
+                a, j = t3 + nxt, j + 1
+                break
+            w.shift(run, sv)
+            served.append(sv)
+            a, j = sv[2] + nxt, j + 1
+            E = run.expected_end()
+        if not a > E:                         # the CPU engine acts during this round
+            break
+        lp.rounds.append(Round(run, E, served, after, a, j, asks))
+        p = E
+        s = E if after is None else after[2]
+    return lp if lp.rounds else None
+
+
+def sv_time(ch, nbytes: float) -> float:
+    """A transfer's time on a free channel (0 without bytes: no transfer at all)."""
+    return ch.duration_s(nbytes) if nbytes else 0.0
