@@ -62,6 +62,10 @@ class ConfluxEstimator:
     # the affine a_D·Σc + a_D0 of Eq. 8
     decode_fn: Callable[[int, int, int | None], float] | None = field(default=None, compare=False,
                                                                         repr=False)
+    # the last (decode state, T_D) of `decode_path` with `decode_fn`: one iteration's dispatch
+    # asks for the same decode state several times (one search per candidate)
+    _last_td: list = field(default_factory=lambda: [None, None], init=False, compare=False,
+                           repr=False)
 
     _NUMERIC = ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0", "alpha",
                 "beta", "num_layers")
@@ -87,8 +91,13 @@ class ConfluxEstimator:
         context (used by `decode_fn` only; None: contexts taken as equal)."""
         if self.decode_fn is not None:
             dm = [None] * len(n_d) if decode_max is None else decode_max
+            key = (tuple(n_d), tuple(decode_ctx), tuple(dm))
+            if self._last_td[0] == key:
+                return self._last_td[1]
             t = [self.decode_fn(int(n), int(c), None if m is None or m <= 0 else int(m))
                  for n, c, m in zip(n_d, decode_ctx, dm) if n > 0]
+            self._last_td[:] = [key, max(t) if t else None]
+            return self._last_td[1]
         else:
             t = [self.a_d * c + self.a_d0 for n, c in zip(n_d, decode_ctx) if n > 0]
         return max(t) if t else None
