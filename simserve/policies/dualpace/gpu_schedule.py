@@ -46,6 +46,17 @@ class Plan:
                                                 or self.to_cpu)
 
 
+def gpu_partial(eng) -> list[int]:
+    """The prompt at the head of the waiting queue when it is prefilled in part on the GPU
+    (chunked prefill continues one prompt at a time, first in the next round)."""
+    t = eng.ctx.table
+    if eng.cfg.chunked_prefill and eng.waiting:
+        r = eng.waiting[0]
+        if t.computed[r] > 0 and eng.dest[r] == GPU:
+            return [r]
+    return []
+
+
 def plan_round(eng) -> Plan:
     st, t = eng.st, eng.ctx.table
     gp, hp = st.gpu_pool, st.host_pool
@@ -61,6 +72,9 @@ def plan_round(eng) -> Plan:
     host_growth = st.host_growth(st.cpu_running)
     planned = 0
     keep = list(run)
+    # with chunked prefill, a prompt placed on the GPU and prefilled in part is GPU-owned: its
+    # finish peak stays in Q_G (at the eviction tail, the youngest) until it joins the decodes
+    part_peaks = [int(st.peak[r]) for r in gpu_partial(eng)]
     if need > free:                                                   # step 2
         short, freed = need - free, 0
         alive = np.ones(len(run), dtype=bool)
@@ -70,7 +84,7 @@ def plan_round(eng) -> Plan:
             r = run[i]
             hb = -(-int(t.computed[r]) // bs)
             alive[i] = False
-            mig = migration_blocks(mark_peaks + peaks[alive].tolist(), gcap)
+            mig = migration_blocks(mark_peaks + peaks[alive].tolist() + part_peaks, gcap)
             if fits(hp.num_used, planned + hb, host_growth, mig, hcap):
                 plan.victims.append(r)
                 planned += hb
@@ -100,6 +114,7 @@ def plan_round(eng) -> Plan:
     if plan.victims:
         gone = set(plan.victims)
         q_peaks = [int(st.peak[r]) for r in run if r not in gone]
+    q_peaks += part_peaks
     q_peaks[:0] = [int(st.peak[r]) for r in eng.marks]
     st.migration_reserve = migration_blocks(q_peaks, gcap)
     plan.decodes = keep                                               # step 4
