@@ -105,23 +105,28 @@ def calibration_batches(cost: SpCostModel, num: int = CALIBRATION_BATCHES,
     longest ctx, [(ℓ, c)]). Decodes (1–128, contexts 1K–16K each) spread round-robin over the
     ranks; one prefill chunk (32–10K tokens, uniform, after 0–16K cached) waterfilled on
     top, as the dispatcher would place it."""
-    R = cost.R
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(num):
-        D = int(rng.integers(1, 129))
-        rank = np.arange(D) % R
-        nd = np.bincount(rank, minlength=R)
-        ctx = rng.integers(1000, 16001, D)
-        dctx = [int(ctx[rank == r].sum() + nd[r]) for r in range(R)]  # + the new token
-        dmax = [int(ctx[rank == r].max() + 1) if nd[r] else 0 for r in range(R)]
+        nd, dctx, dmax = _decode_state(rng, cost.R)
         ell = int(rng.integers(32, 10001))
         c = int(rng.integers(0, 16001))
-        n_p = list(waterfill(ell, [int(x) for x in nd], int(nd.max()) + ell))
-        t = cost.iteration_s(n_p, [int(x) for x in nd], dctx, np.array([ell]), np.array([c]),
-                             int(nd.max()) + 1, dmax)
-        out.append((t, n_p, [int(x) for x in nd], dctx, dmax, [(ell, c)]))
+        n_p = list(waterfill(ell, nd, max(nd) + ell))
+        t = cost.iteration_s(n_p, nd, dctx, np.array([ell]), np.array([c]), max(nd) + 1, dmax)
+        out.append((t, n_p, nd, dctx, dmax, [(ell, c)]))
     return out
+
+
+def _decode_state(rng, R: int) -> tuple[list[int], list[int], list[int]]:
+    """1–128 decodes with contexts of 1K–16K tokens, round-robin over R ranks: per rank the
+    decodes, Σ context (+ the new token each) and the longest context."""
+    D = int(rng.integers(1, 129))
+    rank = np.arange(D) % R
+    nd = [int(x) for x in np.bincount(rank, minlength=R)]
+    ctx = rng.integers(1000, 16001, D)
+    dctx = [int(ctx[rank == r].sum() + nd[r]) for r in range(R)]
+    dmax = [int(ctx[rank == r].max() + 1) if nd[r] else 0 for r in range(R)]
+    return nd, dctx, dmax
 
 
 def estimator_errors(est: ConfluxEstimator, batches) -> np.ndarray:
@@ -144,12 +149,7 @@ def dispatch_points(cost: SpCostModel, est: ConfluxEstimator, tau: float,
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(num):
-        D = int(rng.integers(1, 129))
-        rank = np.arange(D) % R
-        nd = [int(x) for x in np.bincount(rank, minlength=R)]
-        ctx = rng.integers(1000, 16001, D)
-        dctx = [int(ctx[rank == r].sum() + nd[r]) for r in range(R)]
-        dmax = [int(ctx[rank == r].max() + 1) if nd[r] else 0 for r in range(R)]
+        nd, dctx, dmax = _decode_state(rng, R)
         ranks = [RankState(nd[r], dctx[r], 0, 1 << 40, dmax[r]) for r in range(R)]
         pend = []
         for i in range(int(rng.integers(1, 4))):

@@ -95,17 +95,12 @@ class CopyStream:
         if self.end_s is None or self.cont is not None:
             return None
         run, w = self.run, self.worker
-        k = run.next_boundary(now)
-        if k is None:
+        head = w.service_head(run, now, h2d_bytes, gpu_s)
+        if head is None:
             self.interrupt()
             return None
-        b = run.start + run.offset(k) + run.shift
-        t0 = now + (b - now) if b > now else now
-        t = t0 + (w.host_s + gpu_s)
-        dh = dd = None
-        if h2d_bytes:
-            dh = w.h2d.duration_s(h2d_bytes)
-            t = t + dh
+        k, t0, t, dh = head
+        dd = None
         self._advance(t0, inclusive=True)    # (a layer end at t0 is not the assist's)
         run.pending = (k, t0)
         if d2h_bytes:

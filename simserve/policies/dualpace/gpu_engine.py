@@ -197,13 +197,7 @@ class GpuEngine:
             if st.log is not None:
                 st.log.append((run.start, env.now, "gpu", dec))
             done = t.emit(dec, env.now)
-        if len(done):
-            on_gpu = done[st.owner[done] == GPU]
-            self.pool.free(int(t.blocks[on_gpu].sum()))
-            t.blocks[on_gpu] = 0
-            st.owner[on_gpu] = NONE
-            gone = set(on_gpu.tolist())
-            self.running = [r for r in self.running if r not in gone]
+        self.release(done)
         run.applied.succeed()
         rec = self.ctx.recorder
         rec.num_iterations += 1
@@ -245,5 +239,17 @@ class GpuEngine:
             v = d[0]
         return v
 
+
+    def release(self, done) -> None:
+        """Requests that just finished give back their GPU KV and leave the running queue."""
+        if not len(done):
+            return
+        st, t = self.st, self.ctx.table
+        on_gpu = done[st.owner[done] == GPU]
+        self.pool.free(int(t.blocks[on_gpu].sum()))
+        t.blocks[on_gpu] = 0
+        st.owner[on_gpu] = NONE
+        gone = set(on_gpu.tolist())
+        self.running = [r for r in self.running if r not in gone]
     def _start_copies(self, run: MainRun, ids: np.ndarray, nbytes_layer: float):
         self.copy_done = CopyStream(self, run, ids, nbytes_layer).proc

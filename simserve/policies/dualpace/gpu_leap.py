@@ -31,7 +31,6 @@ import math
 import numpy as np
 
 from simserve.policies.dualpace.assist import FUSED
-from simserve.policies.dualpace.state import GPU, NONE
 from simserve.sim.leap import largest_k
 
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
@@ -98,7 +97,7 @@ class Leap:
         `GpuEngine._forward`)."""
         self._account()
         eng = self.eng
-        st, t, ids, bs = eng.st, eng.ctx.table, self.ids, eng.pool.block_size
+        t, ids, bs = eng.ctx.table, self.ids, eng.pool.block_size
         k = len(self.rounds)
         c, held = t.computed[ids], t.blocks[ids]
         grown = np.maximum(held, -(-(c + k) // bs))
@@ -107,14 +106,7 @@ class Leap:
         t.computed[ids] = c + k
         if k > 1:
             t.emit_many(ids, np.array([r.end for r in self.rounds[:-1]]))
-        done = t.emit(ids, self.end)
-        if len(done):
-            on_gpu = done[st.owner[done] == GPU]
-            eng.pool.free(int(t.blocks[on_gpu].sum()))
-            t.blocks[on_gpu] = 0
-            st.owner[on_gpu] = NONE
-            gone = set(on_gpu.tolist())
-            eng.running = [r for r in eng.running if r not in gone]
+        eng.release(t.emit(ids, self.end))
         eng.counts["rounds"] += k - 1
         rec = eng.ctx.recorder
         rec.num_iterations += k

@@ -178,20 +178,31 @@ class GpuWorker:
                 d2h_bytes: float):
         """(boundary, start, end, H2D time, D2H time) of an assist arriving at `now` during
         `run` with both channels free, as the events would time it; None in the post-layer."""
+        head = self.service_head(run, now, h2d_bytes, gpu_s)
+        if head is None:
+            return None
+        k, t0, t, dh = head
+        dd = None
+        if d2h_bytes:
+            dd = self.d2h.duration_s(d2h_bytes)
+            t = t + dd
+        return k, t0, t, dh, dd
+
+    def service_head(self, run: MainRun, now: float, h2d_bytes: float, gpu_s: float):
+        """(boundary, start, end of the H2D and GPU part, H2D time) of an assist arriving at
+        `now` during `run`; None in the post-layer. The D2H part is the caller's (its channel
+        may be shared with Prefill-to-CPU copies)."""
         k = run.next_boundary(now)
         if k is None:
             return None
         b = run.start + run.offset(k) + run.shift
         t0 = now + (b - now) if b > now else now
         t = t0 + (self.host_s + gpu_s)
-        dh = dd = None
+        dh = None
         if h2d_bytes:
             dh = self.h2d.duration_s(h2d_bytes)
             t = t + dh
-        if d2h_bytes:
-            dd = self.d2h.duration_s(d2h_bytes)
-            t = t + dd
-        return k, t0, t, dh, dd
+        return k, t0, t, dh
 
     def book(self, run: MainRun, sv, h2d_bytes: float, d2h_bytes: float) -> None:
         """A closed-form assist service: counted, and the batch shifted by it."""
