@@ -115,7 +115,9 @@ class CpuCostModel:
             self.gloo_latency_us = float(ln.get("collective_latency_us",
                                                 ln.get("latency_us", self.gloo_latency_us)))
         self.decode_attn = self.ops.decode_attn.us
-        self._situ = cpu_profile.overheads.get("in_situ")
+        situ = cpu_profile.overheads.get("in_situ")
+        # a model's own factor where one was fitted on its runs, else the profile's
+        self._situ = (situ or {}).get("by_model", {}).get(model.name, situ)
         self._situ_at: dict[int, float] = {}  # factor by decode batch, computed once each
 
     # -- pieces ---------------------------------------------------------------------------
@@ -189,7 +191,8 @@ class CpuCostModel:
 
     def in_situ(self, b: int) -> float:
         """Whole CPU iterations (real executor) over the sum of separately priced ops at batch
-        b: the profile's `overheads.in_situ` (`simserve validate fit`), 1 without one."""
+        b: the profile's `overheads.in_situ` (`simserve validate fit`; its `by_model` entry for
+        this model where there is one), 1 without one."""
         if self._situ is None:
             return 1.0
         f = self._situ_at.get(b)

@@ -109,3 +109,18 @@ def test_assist_routes_use_the_cpu_stages():
     assert np.allclose(rt.t_p, [cm.post_attention_us(b) / 1e3 for b in B])
     assert np.allclose(rt.t_l, [cm.post_layer_us(b) / 1e3 for b in B])
     assert np.all(rt.tw_p > 0)
+
+
+def test_a_model_fitted_on_its_own_runs_uses_its_own_in_situ_factor():
+    """xeon-emr carries a factor fitted on Llama-3.1-8B runs and one fitted on Qwen3-14B's
+    (`overheads.in_situ.by_model`); each model gets its own, others the profile's."""
+    from simserve.cost import in_situ_factor
+    prof = load_profile("xeon-emr")
+    situ = prof.overheads["in_situ"]
+    own = situ["by_model"]["qwen3-14b"]
+    qwen = CpuCostModel(get_model("qwen3-14b"), prof, 16)
+    llama = CpuCostModel(get_model("llama-3.1-8b"), prof, 16)
+    for b in (1, 8, 200):
+        assert qwen.in_situ(b) == pytest.approx(float(in_situ_factor(own, np.array([b]))[0]))
+        assert llama.in_situ(b) == pytest.approx(float(in_situ_factor(situ, np.array([b]))[0]))
+    assert qwen.in_situ(64) != pytest.approx(llama.in_situ(64), rel=0.05)

@@ -310,6 +310,12 @@ def build_cpu(raw_dir: Path, name: str) -> dict:
     prof["spec"] = dict(base["spec"], cpu_model=_meta(raw_dir).get("cpu_model"))
     prof["overheads"] = dict(base["overheads"])
     _add_in_situ(prof, raw_dir / "in_situ_cpu.json")
+    for path in sorted(raw_dir.glob("in_situ_cpu-*.json")):  # a model's own, where measured
+        model = path.stem[len("in_situ_cpu-"):]
+        one = {"overheads": {}}
+        _add_in_situ(one, path)
+        prof["overheads"].setdefault("in_situ", {}).setdefault("by_model", {})[model] = \
+            one["overheads"]["in_situ"]
     cpu = _pts(raw, part="cpu")
     cpu = cpu[cpu.model != ""]  # ceilings (host copy) carry no model
     ops: dict = {}

@@ -69,7 +69,7 @@ def _fit(a) -> int:
     if a.cpu:
         r = F.fit_cpu([os.path.join(d, "cpu_iterations.csv") for d in a.points], a.profile,
                       a.model)
-        name = "in_situ_cpu.json"
+        name = f"in_situ_cpu-{a.model}.json" if a.per_model else "in_situ_cpu.json"
     else:
         if len(a.points) != 1:
             raise SimserveError("GPU in-situ fit takes one measurement folder")
@@ -198,6 +198,9 @@ def register(sub) -> None:
     q.add_argument("points", nargs="+", help="measurement folder(s)")
     q.add_argument("--raw", required=True, help="the profile's raw folder (writes in_situ*.json)")
     q.add_argument("--cpu", action="store_true", help="CPU iterations (by decode batch)")
+    q.add_argument("--per-model", action="store_true",
+                   help="with --cpu: the model's own factor (in_situ_cpu-MODEL.json), used for "
+                        "that model instead of the profile's")
     q.set_defaults(handler=_fit)
     def sp_common(q):
         common(q)
