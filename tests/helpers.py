@@ -34,3 +34,12 @@ def assert_every_token_in_order(records, w: Workload) -> None:
         tt = records.token_times(i)
         assert len(tt) == w.output_tokens[i] and not np.isnan(tt).any()
         assert np.all(np.diff(tt) > 0) and tt[0] > w.arrival_s[i]
+
+
+def assert_run_complete(res, w: Workload, pool_blocks: int) -> None:
+    """Every request finished with all its tokens in order, no pool ever held more than
+    `pool_blocks` KV blocks, and every pool is empty at the end."""
+    assert res.stats["num_finished"] == w.num_requests
+    assert max(res.stats["peak_kv_blocks"]) <= pool_blocks
+    assert all(u == 0 for u in res.stats["kv_blocks_in_use_at_end"])
+    assert_every_token_in_order(res.records, w)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.sim.run import simulate_point
-from tests.helpers import assert_every_token_in_order, requests, workload
+from tests.helpers import assert_run_complete, requests, workload
 from tests.sp_hand import HW4, QWEN14, lone_prefill_s
 
 
@@ -96,10 +96,8 @@ def scenarios(draw):
 def test_every_request_finishes_and_kv_stays_within_each_instance(sc):
     w, params = sc
     res = _sim(w, model="llama-3.1-8b", **params)
-    assert res.stats["num_finished"] == w.num_requests
-    assert max(res.stats["peak_kv_blocks"]) <= params["num_gpu_blocks_override"]
-    assert res.stats["kv_blocks_in_use_at_end"] == [0, 0, 0, 0]
-    assert_every_token_in_order(res.records, w)
+    assert len(res.stats["kv_blocks_in_use_at_end"]) == 4  # one pool per rank / instance
+    assert_run_complete(res, w, params["num_gpu_blocks_override"])
 
 
 def test_bad_config_names_the_field():

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 
 from ..models import get_model
 from . import triton_kernels as TK
@@ -168,7 +169,6 @@ class GpuExecutor:
     def _reduce(self, x: torch.Tensor) -> torch.Tensor:
         """The TP all-reduce of a row-parallel projection's output (nothing at TP 1)."""
         if self.tp > 1:
-            import torch.distributed as dist
             dist.all_reduce(x)
         return x
 

@@ -49,6 +49,9 @@ def make_config(name: str, params: dict, where: str = "policy"):
         if k not in fields:
             raise ConfigError(f"{where}.{k}: unknown parameter of policy {name!r}"
                               f"{did_you_mean(k, fields)}; known: {', '.join(sorted(fields))}")
+    for k, v in params.items():  # a YAML "yes"/"maybe"/1 must not pass for a switch
+        if fields[k].type in (bool, "bool") and not isinstance(v, bool):
+            raise ConfigError(f"{where}.{k}: expected true or false, got {v!r}")
     try:
         cfg = cls(**params)
     except (TypeError, ValueError) as exc:

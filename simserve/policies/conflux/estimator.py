@@ -108,11 +108,17 @@ class ConfluxEstimator:
         if max_tokens <= 0:
             return 0.0
         t_gemm = self.gamma * max_tokens + self.gamma0
-        t_p = None
-        if max_prefill_tokens > 0:
-            t_p = (self.a_comm * max_prefill_tokens + self.a_comm0
-                   + self.a_p * prefill_work_sum / num_ranks + self.a_p0)
+        t_p = self.prefill_path(max_prefill_tokens, prefill_work_sum, num_ranks)
         return self.num_layers * (t_gemm + self.split(t_p, t_d))
+
+    def prefill_path(self, max_prefill_tokens: int, prefill_work_sum: float,
+                     num_ranks: int) -> float | None:
+        """T_P: both all-to-alls sized by the largest shard, and the head-sharded attention
+        over every chunk's work (None: no prefill this iteration)."""
+        if max_prefill_tokens <= 0:
+            return None
+        return (self.a_comm * max_prefill_tokens + self.a_comm0
+                + self.a_p * prefill_work_sum / num_ranks + self.a_p0)
 
     def split(self, t_p: float | None, t_d: float | None) -> float:
         """The split attention region from its two paths (None: empty)."""
@@ -132,12 +138,10 @@ class ConfluxEstimator:
         """Per layer: T_GEMM, T_P and T_D before the contention factors (NaN for an empty
         path), so that α and β can be varied over many batches at once (`estimate_many`)."""
         t_gemm = self.gamma * max(p + d for p, d in zip(n_p, n_d)) + self.gamma0
-        t_p = np.nan
-        if sum(n_p) > 0:
-            work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
-            t_p = (self.a_comm * max(n_p) + self.a_comm0 + self.a_p * work / len(n_d) + self.a_p0)
+        work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
+        t_p = self.prefill_path(max(n_p), work, len(n_d))
         t_d = self.decode_path(n_d, decode_ctx, decode_max)
-        return t_gemm, t_p, np.nan if t_d is None else t_d
+        return t_gemm, np.nan if t_p is None else t_p, np.nan if t_d is None else t_d
 
     def iteration_time(self, n_p: Sequence[int], n_d: Sequence[int], decode_ctx: Sequence[int],
                        prefills: Sequence[tuple[int, int]],
