@@ -7,7 +7,8 @@ Qwen3-14B on 4x H100 (TP4), 96 resident decodes at 8K context, prompts of Toolag
 - Chunked: the largest chunk (64-token steps) whose mixed iteration meets the TBT; prefill
   tokens/s = chunk / step time.
 - MuxWise: decode on the fewest SMs meeting the TBT with contention alpha; prefill runs on the
-  rest, slowed by beta; tokens/s = prompt / prefill time.
+  rest, slowed by beta (alpha, beta and the SM-share scaling: the profile's measured curves);
+  tokens/s = prompt / prefill time.
 Paper (req/s, 50 / 100 ms): Chunked 4.17 / 5.92, MuxWise 4.38 / 5.43 (MuxWise / Chunked =
 1.05 / 0.92). The ratio is what this reproduces; absolute req/s depend on the prompt mix.
 
@@ -24,7 +25,7 @@ from simserve.cost import BatchShape, GpuCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.policies.muxwise.smshare import SmShareCost
+from simserve.policies.muxwise.smshare import SmShareCost, contention
 
 PAPER = {0.05: (4.17, 4.38), 0.1: (5.92, 5.43)}
 
@@ -45,10 +46,13 @@ def steady_state(tbt: float, P: int = 6346, B: int = 96, ctx: int = 8192) -> dic
         if st <= tbt:
             best = max(best, C / st)
     cfg = MuxWiseConfig(tbt_ms=tbt * 1e3)
-    sc = SmShareCost(cost, cfg.bw_saturation)
-    a, b = cfg.decode_contention, cfg.prefill_contention
+    curves = hw.gpu.overheads.get("sm_share")  # measured sharing curves, as the policy uses
+    sc = SmShareCost(cost, 0.5, curves)
     choices = cfg.decode_sm_choices(132)
-    sms = next((s for s in choices if a * sc.decode_step_s(B, S, s / 132) <= tbt), choices[-1])
+    sms = next((s for s in choices
+                if contention(curves, s / 132)[0] * sc.decode_step_s(B, S, s / 132) <= tbt),
+               choices[-1])
+    b = contention(curves, sms / 132)[1]
     mux = P / (b * sc.prefill_s(np.array([P]), 1 - sms / 132))
     return {"chunked": best, "muxwise": mux, "muxwise_decode_sms": sms}
 

@@ -10,8 +10,8 @@ from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
-from simserve.policies.muxwise.config import CONTENTION_FIG14A, MuxWiseConfig
-from simserve.policies.muxwise.smshare import SmShareCost
+from simserve.policies.muxwise.config import MuxWiseConfig
+from simserve.policies.muxwise.smshare import CONTENTION_FIG14A, SmShareCost, contention
 from simserve.sim.run import simulate_point
 from tests.helpers import assert_every_token_in_order, requests, workload
 
@@ -46,7 +46,7 @@ def test_sm_share_scales_compute_by_share_and_memory_by_bandwidth_share():
 
 @pytest.mark.parametrize("tbt_ms,expected", [(4.0, 24), (2.0, 48), (1.0, 64), (100.0, 16)])
 def test_decode_gets_the_fewest_sms_meeting_the_tbt(tbt_ms, expected):
-    e = _engine(MuxWiseConfig(tbt_ms=tbt_ms))
+    e = _engine(MuxWiseConfig(tbt_ms=tbt_ms, decode_contention=CONTENTION_FIG14A))
     # hand-made decode time: 66 ms·SM / sms, i.e. 0.5 ms on all 132 SMs; alpha = 1.28:
     # 1.28·66/s <= TBT  ->  s >= 84.5/TBT; groups are 16, 24, ..., 64 SMs
     e.cost.decode_step_s = lambda b, ctx, f, ctx_max=None: 66.0 / (f * 132) * 1e-3
@@ -81,9 +81,11 @@ def test_isolated_request_runs_alone_on_every_sm():
 
 
 def test_prefill_next_to_decode_is_slower_and_decode_meets_tbt():
-    # request 0 decodes for a long time; request 1's prefill runs beside it
+    # request 0 decodes for a long time; request 1's prefill runs beside it (the analytic
+    # share model and the Fig. 14a contention, configured)
     w = workload([0.0, 0.05], [1000, 8000], [400, 2])
-    res = simulate_point(w, MODEL, H100X4, "muxwise", tbt_ms=50.0)
+    res = simulate_point(w, MODEL, H100X4, "muxwise", tbt_ms=50.0, bw_saturation=0.5,
+                         decode_contention=CONTENTION_FIG14A, prefill_contention=CONTENTION_FIG14A)
     cost = GpuCostModel(get_model(MODEL), H100X4.gpu, 4, H100X4.nvlink)
     ttft1 = res.records.first_token_s[1] - 0.05
     # at least beta x the full-GPU prefill (a smaller share is slower still), plus at most one
@@ -134,10 +136,35 @@ def test_real_profile_choice_is_minimal_and_shrinks_as_the_tbt_loosens():
         e = _engine(MuxWiseConfig(tbt_ms=tbt))
         B, S = 64, 64 * 4096
         sms = e.decode_sms(B, S)
-        step = lambda s: CONTENTION_FIG14A * e.cost.decode_step_s(B, S, s / 132)  # noqa: E731
+        step = lambda s: e.contention(s / 132)[0] * e.cost.decode_step_s(B, S, s / 132)  # noqa: E731
         if sms != 64:
             assert step(sms) <= tbt / 1e3
         if sms > 16:  # the next smaller group misses the TBT
             assert step(sms - 8) > tbt / 1e3
         chosen.append(sms)
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
+
+
+def test_measured_sharing_curves_are_the_profile_default_and_a_number_forces_analytic():
+    share = H100X4.gpu.overheads["sm_share"]
+    e = _engine(MuxWiseConfig())
+    assert e.cost.curves is share
+    f = 16 / 132
+    a, b = e.contention(f)
+    assert a == pytest.approx(np.interp(f, share["corun_decode_fraction"], share["decode_contention"]))
+    assert b == pytest.approx(np.interp(f, share["corun_decode_fraction"], share["prefill_contention"]))
+    assert e.cost.bw(f) == pytest.approx(np.interp(f, share["sm_fraction"], share["bw_fraction"]))
+    forced = _engine(MuxWiseConfig(bw_saturation=0.5, decode_contention=1.5))
+    assert forced.cost.curves is None and forced.cost.bw(0.25) == pytest.approx(0.5)
+    assert forced.contention(f) == (1.5, pytest.approx(b))  # beta still measured
+    assert contention(None, f) == (CONTENTION_FIG14A, CONTENTION_FIG14A)
+
+
+def test_measured_curves_scale_memory_and_compute_bound_kernels_by_their_own_share():
+    curves = {"sm_fraction": [0.25, 0.5, 1.0], "bw_fraction": [0.5, 0.8, 1.0],
+              "compute_fraction": [0.3, 0.55, 1.0]}
+    c = SmShareCost(GpuCostModel(get_model(MODEL), H100X4.gpu, 4, H100X4.nvlink), 0.5, curves)
+    assert c._scaled(104.0, 0.0, 1e6, 0.25) == pytest.approx(4.0 + 100.0 / 0.5)
+    assert c._scaled(104.0, 1e12, 1.0, 0.25) == pytest.approx(4.0 + 100.0 / 0.3)
+    # linear between knots, from (0, 0)
+    assert c.bw(0.375) == pytest.approx(0.65) and c.compute(0.125) == pytest.approx(0.15)

@@ -224,6 +224,23 @@ def _add_sp_contention(prof: dict, path: Path) -> None:
                   f"{held}; the paper's 1.28 gives {pct(f['paper_mape_pct'])}"}
 
 
+def _add_sm_share(prof: dict, path: Path) -> None:
+    """Spatial-sharing curves (memory and compute throughput vs SM share, co-run slowdowns)
+    that `python -m simserve.calibrate.smshare_fit` wrote from green-context runs, if any."""
+    if not path.exists():
+        return
+    f = json.loads(path.read_text())
+    m = f["mape_pct"]
+    def pct(d):
+        return ", ".join(f"{k} {v}%" for k, v in d.items())
+    prof["overheads"]["sm_share"] = dict(
+        {k: f[k] for k in ("sm_fraction", "bw_fraction", "compute_fraction",
+                           "corun_decode_fraction", "decode_contention", "prefill_contention")},
+        source=f"{f['source']}; SmShareCost MAPE with these curves {pct(m['measured curves, in sample'])}"
+               f" (fitted on the other models: {pct(m['measured curves, fitted on the other models'])}); "
+               f"analytic defaults {pct(m['analytic defaults'])}")
+
+
 def _overheads(raw: pd.DataFrame, base: dict) -> dict:
     oh = dict(base)
     la = _pts(raw, part="launch")
@@ -246,6 +263,7 @@ def build_gpu(raw_dir: Path, name: str) -> dict:
     prof["overheads"] = _overheads(raw, base["overheads"])
     _add_in_situ(prof, raw_dir / "in_situ.json")
     _add_sp_contention(prof, raw_dir / "sp_contention.json")
+    _add_sm_share(prof, raw_dir / "smshare" / "smshare.json")
     varlen = _varlen(raw)
     imbalance = _decode_imbalance(raw, int(_meta(raw_dir).get("gpu", {}).get("sms") or 132))
     ops = {}

@@ -96,6 +96,20 @@ def rescale_ops(t: dict, model: str, tp: int, src, dst, src_ds=None, dst_ds=None
     return out
 
 
+def rescale_sm_share(share: dict, src_name: str, s: dict, d: dict) -> dict:
+    """Spatial-sharing curves for a GPU with the same SMs (count and peak) but another HBM: an
+    SM partition draws the same absolute bandwidth (the SMs' outstanding requests set it), so
+    its share of the target's bandwidth scales by W_src / W_dst, capped at 1. The compute curve
+    and the co-run slowdowns are the SMs' own and are carried over (not measured on the target)."""
+    k = s["mem_bandwidth_gbps"] / d["mem_bandwidth_gbps"]
+    out = dict(share)
+    out["bw_fraction"] = [round(min(1.0, v * k), 4) for v in share["bw_fraction"]]
+    out["source"] = (f"carried over from {src_name} (same {s['sms']} SMs; bandwidth shares x "
+                     f"{s['mem_bandwidth_gbps']}/{d['mem_bandwidth_gbps']}, capped at 1; not "
+                     f"measured on this GPU): " + share.get("source", ""))
+    return out
+
+
 def rescale_gpu(src_name: str, dst_name: str) -> dict:
     src_p = load_profile(src_name, expect_kind="gpu")
     if src_p.provenance_type != "measured":
@@ -120,6 +134,9 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
     # measured kernel co-run contention is not carried over: a derived GPU's SP runs use the
     # paper's Fig. 14a value (cost_sp.PAPER_CONTENTION) unless configured
     prof["overheads"].pop("sp_contention", None)
+    share = prof["overheads"].pop("sm_share", None)
+    if share and s["sms"] == d["sms"] and s["bf16_tflops"] == d["bf16_tflops"]:
+        prof["overheads"]["sm_share"] = rescale_sm_share(share, src_name, s, d)
     if "in_situ" in prof["overheads"]:
         prof["overheads"]["in_situ"] = dict(
             prof["overheads"]["in_situ"],

@@ -5,28 +5,28 @@ from dataclasses import dataclass
 
 from simserve.policies.queues import check_scheduler
 
-# ConfluxServe Fig. 14a: overlapping prefill and decode attention on partitioned SMs took 28.0 ms
-# where serial execution took 36.5 ms, closing 58 % of the gap to the contention-free bound,
-# which is therefore 36.5 - 8.5 / 0.58 = 21.8 ms: concurrent streams ran 28.0 / 21.8 = 1.28x
-# slower than without interference. The paper says request-level multiplexing (MuxWise)
-# suffers "higher and less stable" interference, so 1.28 is a lower bound for it.
-CONTENTION_FIG14A = round(28.0 / (36.5 - (36.5 - 28.0) / 0.58), 3)
-
 
 @dataclass(frozen=True, slots=True)
 class MuxWiseConfig:
     tp: int | None = None               # None: one TP group over all GPUs (TP4 / TP8)
     tbt_ms: float = 100.0               # the TBT SLO decode's SM share must meet
-    decode_contention: float = CONTENTION_FIG14A   # alpha: decode slowdown next to a prefill
-    prefill_contention: float = CONTENTION_FIG14A  # beta: prefill slowdown next to decode
+    # alpha, beta: slowdowns of decode and prefill co-running on disjoint SMs. None: the GPU
+    # profile's measured `overheads.sm_share` curves (h200-sxm, and h100-sxm carried over:
+    # alpha 1.11-1.21, beta 1.02-1.14 from green-context runs, hwprofiles/raw/h200-sxm/smshare),
+    # else ConfluxServe Fig. 14a's 1.28 (smshare.CONTENTION_FIG14A; the paper calls MuxWise's
+    # interference "higher and less stable" but reports no number). A number overrides.
+    decode_contention: float | None = None
+    prefill_contention: float | None = None
     # SM groups as SGLang's pdmux `divide_sm`: decode gets multiples of `sm_granularity` SMs
     # (8 on Hopper), at least `min_decode_sms` (16) and at most half the SMs; a phase running
     # alone gets every SM
     sm_granularity: int = 8
     min_decode_sms: int = 16
-    # fraction of SMs at which a memory-bound kernel draws full HBM bandwidth (assumption: not
-    # measured here; MuxWise/ConfluxServe size decode by it but report no number)
-    bw_saturation: float = 0.5
+    # How kernel time scales with the SM share. None: the profile's measured curves of memory
+    # and compute throughput vs SM share (`overheads.sm_share`), else the analytic model with
+    # HBM saturating at half the SMs. A number f_sat forces the analytic model: bandwidth
+    # min(1, share / f_sat), compute proportional to the share.
+    bw_saturation: float | None = None
     prefill_max_tokens: int = 16384     # SGLang's default max_prefill_tokens; whole prompts
     max_num_seqs: int = 1024
     scheduler: str = "fcfs"             # "srpt" is MuxWise++ (MuxWise-FCFS: no preemption)
@@ -47,14 +47,17 @@ class MuxWiseConfig:
                 raise ValueError(f"{name}: expected a positive number, got {v!r}")
         for name in ("decode_contention", "prefill_contention"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not v >= 1:
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                  or not v >= 1):
                 raise ValueError(f"{name}: expected a slowdown factor >= 1, got {v!r}")
         for name in ("sm_granularity", "min_decode_sms", "prefill_max_tokens", "max_num_seqs",
                      "block_size"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-        if not isinstance(self.bw_saturation, (int, float)) or not 0 < self.bw_saturation <= 1:
+        b = self.bw_saturation
+        if b is not None and (not isinstance(b, (int, float)) or isinstance(b, bool)
+                              or not 0 < b <= 1):
             raise ValueError(f"bw_saturation: expected a fraction in (0, 1], got {self.bw_saturation!r}")
         u = self.gpu_memory_utilization
         if not isinstance(u, (int, float)) or not 0 < u <= 1:

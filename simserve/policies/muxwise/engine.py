@@ -22,7 +22,7 @@ from simserve.policies import register
 from simserve.policies.replicas import start_replicas
 from simserve.sim.leap import decode_ends, steps_before
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.policies.muxwise.smshare import SmShareCost
+from simserve.policies.muxwise.smshare import SmShareCost, contention
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
@@ -52,7 +52,11 @@ class MuxWiseEngine:
             self.choices = cfg.decode_sm_choices(self.sms)
         except ValueError as exc:
             raise ConfigError(f"policy muxwise: {exc}") from None
-        self.cost = SmShareCost(cost, cfg.bw_saturation)
+        # measured spatial-sharing curves of the profile, unless bw_saturation forces the
+        # analytic model; alpha, beta from the same measurement unless configured
+        self.curves = hw.gpu.overheads.get("sm_share")
+        self.cost = SmShareCost(cost, cfg.bw_saturation or 0.5,
+                                curves=self.curves if cfg.bw_saturation is None else None)
         self.tbt_s = cfg.tbt_ms / 1e3
         self.waiting = make_queue(cfg.scheduler, ctx.table)
         self.running: list[int] = []
@@ -72,11 +76,20 @@ class MuxWiseEngine:
         self.signal.fire()
 
     # -- decisions --------------------------------------------------------------------------
+    def contention(self, f_decode: float) -> tuple[float, float]:
+        """(alpha, beta) with decode on share `f_decode` of the SMs: configured numbers, else
+        the profile's measured curves, else the Fig. 14a constant."""
+        a, b = contention(self.curves, f_decode)
+        c = self.cfg
+        return (a if c.decode_contention is None else c.decode_contention,
+                b if c.prefill_contention is None else c.prefill_contention)
+
     def decode_sms(self, batch: int, ctx_sum: int, ctx_max: int | None = None) -> int:
         """Fewest decode SMs whose contended step meets the TBT (the largest group if none)."""
-        a = self.cfg.decode_contention
         for sms in self.choices:
-            if a * self.cost.decode_step_s(batch, ctx_sum, sms / self.sms, ctx_max) <= self.tbt_s:
+            f = sms / self.sms
+            a = self.contention(f)[0]
+            if a * self.cost.decode_step_s(batch, ctx_sum, f, ctx_max) <= self.tbt_s:
                 return sms
         return self.choices[-1]
 
@@ -100,7 +113,7 @@ class MuxWiseEngine:
         """Time of the current prefill batch on share f (with contention when f < 1)."""
         if f not in self._tp_cache:
             x = self.cost.prefill_s(self.ctx.table.prompt[self.batch], f)
-            self._tp_cache[f] = x * (self.cfg.prefill_contention if f < 1.0 else 1.0)
+            self._tp_cache[f] = x * (self.contention(1.0 - f)[1] if f < 1.0 else 1.0)
         return self._tp_cache[f]
 
     def _end_prefill(self, at: float, joiners: list[int]) -> None:
@@ -184,7 +197,7 @@ class MuxWiseEngine:
         cmax = int(self.ctx.table.computed[ids].max()) + 1
         sms = self.decode_sms(len(ids), S, cmax)
         f = sms / self.sms
-        d = self.cfg.decode_contention * self.cost.decode_step_s(len(ids), S, f, cmax)
+        d = self.contention(f)[0] * self.cost.decode_step_s(len(ids), S, f, cmax)
         end = self.clock + d
         t0 = self.clock
         while self.batch is not None and t0 < end:
