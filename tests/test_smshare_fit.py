@@ -18,43 +18,45 @@ ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "hwprofiles" / "raw" / "h200-sxm" / "smshare"
 
 
-def _rows(bw, cf, alpha, beta, total=132, sms=(16, 32, 64), noise=()):
-    """Rows as `calibrate.smshare` writes them, from known curves (functions of the fraction)."""
+def _rows(known: dict, alpha, beta, total=132, sms=(16, 32, 64)) -> pd.DataFrame:
+    """Rows as `calibrate.smshare` writes them, timed by `SmShareCost` itself with `known`
+    curves (Qwen3-14B at TP4 shapes on the h200-sxm profile), and co-run slowdowns alpha(f),
+    beta(f)."""
+    costs = smshare_fit._Costs()
     rows = []
-    for i, s in enumerate(sms):
-        f = s / total
-        for b, c in ((96, 8192), (32, 4096)):
-            rows.append(dict(kind="decode_alone", decode_sms=s, decode_batch=b, decode_ctx=c,
-                             ratio=1.0 / bw(f)))
-        for ch, c in ((8192, 0), (2048, 8192)):
-            rows.append(dict(kind="prefill_alone", prefill_sms=s, prefill_chunk=ch,
-                             prefill_ctx=c, ratio=1.0 / cf(f)))
-        rows.append(dict(kind="corun_decode", decode_sms=s, ratio=alpha(f),
+    for s in sms:
+        rows += [dict(kind="decode_alone", decode_sms=s, decode_batch=b, decode_ctx=c)
+                 for b, c in ((96, 8192), (32, 4096), (512, 1536))]
+        rows += [dict(kind="prefill_alone", prefill_sms=s, prefill_chunk=ch, prefill_ctx=c)
+                 for ch, c in ((8192, 0), (2048, 8192))]
+        rows.append(dict(kind="corun_decode", decode_sms=s, ratio=alpha(s / total),
                          note="5/5 runs covered; 2 prefill and 9 decode passes"))
-        rows.append(dict(kind="corun_prefill", decode_sms=s, ratio=beta(f)))
+        rows.append(dict(kind="corun_prefill", decode_sms=s, ratio=beta(s / total)))
     d = pd.DataFrame(rows)
-    d["model"], d["shard"], d["total"], d["run"] = "m", 4, total, "r"
+    d["model"], d["shard"], d["total"], d["run"] = "qwen3-14b", 4, total, "r"
+    for i, r in enumerate(d.itertuples()):
+        if r.kind.endswith("_alone"):
+            f = (r.decode_sms if r.kind == "decode_alone" else r.prefill_sms) / total
+            d.loc[i, "ratio"] = costs.ratio(r, f, known)
     return d
 
 
-def test_curves_recover_known_shares_and_slowdowns():
-    d = _rows(lambda f: min(1.0, 2.2 * f), lambda f: 1.2 * f, lambda f: 1.1 + f, lambda f: 1.0 + f / 2)
-    c = smshare_fit.curves(d)
+def test_curves_recover_the_shares_that_generated_the_timings():
     f = np.array([16, 32, 64]) / 132
-    assert c["sm_fraction"] == pytest.approx([*f, 1.0], abs=1e-4)
-    assert c["bw_fraction"] == pytest.approx([*np.minimum(1, 2.2 * f), 1.0], abs=1e-4)
-    assert c["compute_fraction"] == pytest.approx([*(1.2 * f), 1.0], abs=1e-4)
+    known = {"sm_fraction": [*f, 1.0], "bw_fraction": [0.35, 0.6, 0.9, 1.0],
+             "compute_fraction": [0.16, 0.3, 0.55, 1.0]}
+    d = _rows(known, lambda x: 1.1 + x, lambda x: 1.0 + x / 2)
+    c = smshare_fit.curves(d)
+    assert c["sm_fraction"] == pytest.approx(known["sm_fraction"], abs=1e-4)
+    assert c["bw_fraction"] == pytest.approx(known["bw_fraction"], rel=0.01)
+    assert c["compute_fraction"] == pytest.approx(known["compute_fraction"], rel=0.01)
     assert c["decode_contention"] == pytest.approx(1.1 + f, abs=1e-4)
     assert c["prefill_contention"] == pytest.approx(1.0 + f / 2, abs=1e-4)
 
 
-def test_curves_are_monotone_and_capped_even_when_a_point_is_not():
-    # a measured dip at 64 SMs (wave quantisation) and a point above the whole GPU
-    bw = {16: 0.3, 32: 1.05, 64: 0.9}
-    d = _rows(lambda f: bw[round(f * 132)], lambda f: f, lambda f: 1.1, lambda f: 1.1)
-    c = smshare_fit.curves(d)
-    assert c["bw_fraction"] == pytest.approx([0.3, 1.0, 1.0, 1.0])
-    assert all(np.diff(c["compute_fraction"]) >= 0)
+def test_curves_are_monotone_and_capped():
+    # a measured dip (wave quantisation) and a point above the whole GPU
+    assert smshare_fit._monotone([0.3, 1.05, 0.9, 1.0]) == [0.3, 1.0, 1.0, 1.0]
 
 
 def test_committed_profile_is_the_fit_of_the_committed_runs():

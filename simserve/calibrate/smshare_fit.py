@@ -4,10 +4,11 @@
 
 Reads every RUN/smshare.csv (+ meta.json) under the folder and writes smshare.json beside the
 runs: piecewise-linear functions of the SM fraction f = SMs / device SMs,
-- `bw_fraction`: the share of whole-GPU throughput a memory-bound pass (decode) keeps on f of
-  the SMs (median over decode batches and models);
-- `compute_fraction`: the same for compute-bound passes (prefill chunks): above f where fewer
-  SMs run at higher clocks and with less wave quantisation;
+- `bw_fraction`, `compute_fraction`: the shares of whole-GPU memory and compute throughput
+  that f of the SMs deliver, fitted per measured partition size so that `SmShareCost` (which
+  splits every kernel into compute- and memory-bound roofline parts) best predicts the decode
+  and prefill passes timed alone there. Compute runs above f on small partitions (higher
+  clocks, less wave quantisation);
 - `decode_contention`, `prefill_contention` at the decode partition's fraction: co-running
   slowdowns alpha and beta of decode and prefill on disjoint partitions;
 and the check of `SmShareCost` (the model MuxWise is priced with) against every partition
@@ -43,64 +44,99 @@ def load(root: Path) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _monotone(f: np.ndarray, v: np.ndarray) -> tuple[list, list]:
-    o = np.argsort(f)
-    f, v = np.append(f[o], 1.0), np.minimum(np.maximum.accumulate(np.append(v[o], 1.0)), 1.0)
-    return [round(float(x), 4) for x in f], [round(float(x), 4) for x in v]
+def _monotone(v) -> list:
+    return [round(float(x), 4) for x in np.minimum(np.maximum.accumulate(np.asarray(v)), 1.0)]
 
 
-def curves(df: pd.DataFrame) -> dict:
-    """The curves of one set of rows (see the module docstring)."""
+class _Costs:
+    """`SmShareCost` per (model, TP shard) on the measured h200-sxm profile, and its time ratio
+    (share f / whole GPU) for a measured row, without the TP all-reduces (not measured)."""
+
+    def __init__(self):
+        self._sc, self._full = {}, {}
+
+    def get(self, model: str, shard: int):
+        if (model, shard) not in self._sc:
+            from simserve.cost import GpuCostModel
+            from simserve.hardware.setup import HardwareConfig, resolve_hardware
+            from simserve.models import get_model
+            from simserve.policies.muxwise.smshare import SmShareCost
+            hw = resolve_hardware(HardwareConfig(gpu="h200-sxm", num_gpus=int(shard)))
+            cost = GpuCostModel(get_model(model), hw.gpu, int(shard),
+                                hw.nvlink if shard > 1 else None)
+            self._sc[model, shard] = SmShareCost(cost, 0.5)
+        return self._sc[model, shard]
+
+    def layer_us(self, r, f: float, curves: dict | None) -> float:
+        sc = self.get(r.model, int(r.shard))
+        sc.use_curves(curves)
+        if r.kind == "decode_alone":
+            b, c = int(r.decode_batch), int(r.decode_ctx)
+            return sc.decode_layer_us(b, b * c, f, c, allreduce=False)
+        return sc.prefill_layer_us(int(r.prefill_chunk), int(r.prefill_ctx), f, allreduce=False)
+
+    def ratio(self, r, f: float, curves: dict | None) -> float:
+        key = (r.model, r.shard, r.kind, r.decode_batch, r.decode_ctx, r.prefill_chunk,
+               r.prefill_ctx)
+        if key not in self._full:
+            self._full[key] = self.layer_us(r, 1.0, None)
+        return self.layer_us(r, f, curves) / self._full[key]
+
+
+def _alone(df: pd.DataFrame, total: int) -> pd.DataFrame:
+    d = df.assign(sms=np.where(df.kind == "decode_alone", df.decode_sms, df.prefill_sms))
+    return d[d.kind.isin(["decode_alone", "prefill_alone"]) & (d.sms < total)]
+
+
+def curves(df: pd.DataFrame, costs: _Costs | None = None) -> dict:
+    """The curves of one set of rows (see the module docstring). At each partition size where
+    both decode and prefill ran alone, the memory and compute shares (bw, c) are the ones with
+    which `SmShareCost` best predicts those rows' time ratios (least squares in log ratio):
+    the cost model splits every kernel into its compute- and memory-bound roofline parts, so
+    a decode batch whose GEMMs are compute-bound (hundreds of rows) informs c, not bw."""
+    from scipy.optimize import minimize
+    costs = costs or _Costs()
     total = int(df.total.iloc[0])
-    dec = df[(df.kind == "decode_alone") & (df.decode_sms < total)]
-    pre = df[(df.kind == "prefill_alone") & (df.prefill_sms < total)]
-    bw = (1.0 / dec.ratio).groupby(dec.decode_sms).median()
-    cf = (1.0 / pre.ratio).groupby(pre.prefill_sms).median()
-    # one knot set: the partition sizes measured for both
-    s = np.array(sorted(set(bw.index) & set(cf.index)), dtype=float)
-    f, bwv = _monotone(s / total, bw.loc[s].to_numpy())
-    _, cfv = _monotone(s / total, cf.loc[s].to_numpy())
+    al = _alone(df, total)
+    both = sorted(set(al.sms[al.kind == "decode_alone"]) & set(al.sms[al.kind == "prefill_alone"]))
+    bws, cfs = [], []
+    for s in both:
+        f = s / total
+        rows = list(al[al.sms == s].itertuples())
+        meas = np.log([r.ratio for r in rows])
+
+        def loss(x, rows=rows, f=f, meas=meas):
+            c = {"sm_fraction": [f, 1.0], "bw_fraction": [float(np.exp(x[0])), 1.0],
+                 "compute_fraction": [float(np.exp(x[1])), 1.0]}
+            return float(np.sum((np.log([costs.ratio(r, f, c) for r in rows]) - meas) ** 2))
+        dec = al[(al.sms == s) & (al.kind == "decode_alone")]
+        x0 = np.log([min(1.0, float((1.0 / dec.ratio).median())), f])
+        x = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-6}).x
+        bws.append(float(np.exp(x[0])))
+        cfs.append(float(np.exp(x[1])))
     co_d = df[df.kind == "corun_decode"].groupby("decode_sms").ratio.median()
     co_p = df[df.kind == "corun_prefill"].groupby("decode_sms").ratio.median()
     s2 = np.array(sorted(set(co_d.index) & set(co_p.index)), dtype=float)
-    return {"sm_fraction": f, "bw_fraction": bwv, "compute_fraction": cfv,
+    return {"sm_fraction": [round(float(x), 4) for x in [*(np.array(both) / total), 1.0]],
+            "bw_fraction": _monotone([*bws, 1.0]), "compute_fraction": _monotone([*cfs, 1.0]),
             "corun_decode_fraction": [round(float(x), 4) for x in s2 / total],
             "decode_contention": [round(float(x), 4) for x in co_d.loc[s2]],
             "prefill_contention": [round(float(x), 4) for x in co_p.loc[s2]]}
 
 
-def _predict(df: pd.DataFrame, sm_share: dict | None) -> pd.DataFrame:
-    """SmShareCost's time ratios (partition / whole GPU) and co-run slowdowns for the rows, on
-    the measured h200-sxm profile, without the TP all-reduces (not in the measurement)."""
-    from simserve.hardware.setup import HardwareConfig, resolve_hardware
-    from simserve.models import get_model
-    from simserve.cost import GpuCostModel
-    from simserve.policies.muxwise.smshare import SmShareCost, contention
+def _predict(df: pd.DataFrame, sm_share: dict | None, costs: _Costs) -> pd.DataFrame:
+    """`SmShareCost`'s time ratios (partition / whole GPU) and co-run slowdowns for the rows,
+    on the measured h200-sxm profile, without the TP all-reduces (not in the measurement)."""
+    from simserve.policies.muxwise.smshare import contention
+    total = int(df.total.iloc[0])
     out = []
-    for (model, shard), g in df.groupby(["model", "shard"]):
-        hw = resolve_hardware(HardwareConfig(gpu="h200-sxm", num_gpus=int(shard)))
-        cost = GpuCostModel(get_model(model), hw.gpu, int(shard),
-                            hw.nvlink if shard > 1 else None)
-        sc = SmShareCost(cost, 0.5, curves=sm_share)
-        total = int(g.total.iloc[0])
-        for r in g.itertuples():
-            if r.kind == "decode_alone" and r.decode_sms < total:
-                f = r.decode_sms / total
-                p = sc.decode_layer_us(int(r.decode_batch), int(r.decode_batch * r.decode_ctx), f,
-                                       int(r.decode_ctx), allreduce=False) / \
-                    sc.decode_layer_us(int(r.decode_batch), int(r.decode_batch * r.decode_ctx), 1.0,
-                                       int(r.decode_ctx), allreduce=False)
-            elif r.kind == "prefill_alone" and r.prefill_sms < total:
-                f = r.prefill_sms / total
-                p = sc.prefill_layer_us(int(r.prefill_chunk), int(r.prefill_ctx), f, allreduce=False) / \
-                    sc.prefill_layer_us(int(r.prefill_chunk), int(r.prefill_ctx), 1.0, allreduce=False)
-            elif r.kind in ("corun_decode", "corun_prefill"):
-                a, b = contention(sm_share, r.decode_sms / total)
-                p = a if r.kind == "corun_decode" else b
-            else:
-                continue
-            out.append({"run": r.run, "model": model, "kind": r.kind, "measured": r.ratio,
-                        "predicted": p})
+    for r in _alone(df, total).itertuples():
+        out.append({"model": r.model, "kind": r.kind, "measured": r.ratio,
+                    "predicted": costs.ratio(r, r.sms / total, sm_share)})
+    for r in df[df.kind.isin(["corun_decode", "corun_prefill"])].itertuples():
+        a, b = contention(sm_share, r.decode_sms / total)
+        out.append({"model": r.model, "kind": r.kind, "measured": r.ratio,
+                    "predicted": a if r.kind == "corun_decode" else b})
     return pd.DataFrame(out)
 
 
@@ -112,13 +148,14 @@ def _mape(p: pd.DataFrame) -> dict:
 
 def fit(root: Path) -> dict:
     df = load(root)
-    res = curves(df)
+    costs = _Costs()
+    res = curves(df, costs)
     models = sorted(df.model.unique())
-    res["mape_pct"] = {"analytic defaults": _mape(_predict(df, None)),
-                       "measured curves, in sample": _mape(_predict(df, res))}
+    res["mape_pct"] = {"analytic defaults": _mape(_predict(df, None, costs)),
+                       "measured curves, in sample": _mape(_predict(df, res, costs))}
     lomo = []
     for m in models:
-        lomo.append(_predict(df[df.model == m], curves(df[df.model != m])))
+        lomo.append(_predict(df[df.model == m], curves(df[df.model != m], costs), costs))
     res["mape_pct"]["measured curves, fitted on the other models"] = _mape(pd.concat(lomo))
     runs = ", ".join(f"{r} ({m}, TP{s} shapes)" for r, m, s in
                      df[["run", "model", "shard"]].drop_duplicates().itertuples(index=False))

@@ -10,9 +10,9 @@ with F and B the FLOPs and HBM bytes of the kernel at that shape (from the model
 attention shapes), P and W the datasheet bf16 peak and HBM bandwidth of the GPU, and c(f),
 bw(f) the shares of whole-GPU compute and memory throughput that f of the SMs deliver:
 - measured (the profile's `overheads.sm_share`, from `simserve.calibrate.smshare` runs on
-  green-context partitions: piecewise linear in f). On the H200, 16 of 132 SMs keep 29 % of
-  decode's memory throughput and a prefill's compute runs ~1.3x faster per SM than on the
-  whole GPU (higher clocks, less wave quantisation);
+  green-context partitions: piecewise linear in f). On the H200, 16 of 132 SMs keep 27 % of
+  the memory throughput and 15 % of the compute (more per SM than the whole GPU: higher
+  clocks), 112 SMs only 73 % of the compute (wave quantisation of some shapes);
 - or analytic (no measured curves, or `bw_saturation` set): c(f) = f and
   bw(f) = min(1, f / bw_saturation), memory-bound kernels saturating HBM before they hold
   every SM (ConfluxServe §6.1 sizes decode's SM share by "the minimum SMs that sustain 90 % of
@@ -58,14 +58,18 @@ class SmShareCost:
         self.P = float(spec["bf16_tflops"]) * 1e12
         self.W = float(spec["mem_bandwidth_gbps"]) * 1e9
         self.bw_sat = bw_saturation
+        self.use_curves(curves)
+        self.gemms = {g.name: g for g in self.m.gemms(self.tp)}
+        self.lm = self.m.lm_head(self.tp)
+        self.nh, self.nkv = self.m.heads_per_rank(self.tp)
+
+    def use_curves(self, curves: dict | None) -> None:
+        """Price shares with these measured curves (None: the analytic model)."""
         self.curves = curves
         if curves:
             self._f = np.concatenate([[0.0], curves["sm_fraction"]])
             self._bw = np.concatenate([[0.0], curves["bw_fraction"]])
             self._cf = np.concatenate([[0.0], curves["compute_fraction"]])
-        self.gemms = {g.name: g for g in self.m.gemms(self.tp)}
-        self.lm = self.m.lm_head(self.tp)
-        self.nh, self.nkv = self.m.heads_per_rank(self.tp)
 
     def bw(self, f: float) -> float:
         """Share of whole-GPU memory throughput on share f of the SMs."""
