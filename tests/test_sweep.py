@@ -369,3 +369,18 @@ def test_dask_missing_is_a_clear_error(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "o").exists()
     with pytest.raises(SimserveError):
         sweep_run.run_sweep(load_sweep(cfg), tmp_path / "o", executor="dask")
+
+
+def test_a_refitted_profile_changes_the_point_key(tmp_path, monkeypatch):
+    from simserve.experiment.config import load_experiment
+    from simserve.hardware.profile import REPO_ROOT
+    cfg = load_experiment(REPO_ROOT / "experiments" / "quickstart.yaml")
+    before = cfg.hash()
+    assert cfg.hash() == before  # deterministic
+    gpu = cfg.hardware.gpu
+    text = (REPO_ROOT / "hwprofiles" / f"{gpu}.yaml").read_text()
+    (tmp_path / f"{gpu}.yaml").write_text(text)
+    monkeypatch.setenv("SIMSERVE_PROFILE_DIR", str(tmp_path))
+    assert cfg.hash() == before  # same bytes, another folder: the same results
+    (tmp_path / f"{gpu}.yaml").write_text(text.replace("iteration_us: 300.0", "iteration_us: 301.0"))
+    assert "iteration_us: 300.0" in text and cfg.hash() != before

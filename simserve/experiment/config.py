@@ -93,7 +93,11 @@ class ExperimentConfig:
         }
 
     def hash(self) -> str:
-        blob = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        """sha256[:16] of the resolved config and of the hardware profile files it uses (a
+        refitted profile makes new points; cached results are keyed by this)."""
+        from simserve.hardware.setup import profiles_digest
+        blob = json.dumps({"config": self.resolved(), "profiles": profiles_digest(self.hardware)},
+                          sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

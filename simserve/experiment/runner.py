@@ -113,7 +113,8 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
         pd.concat([r.requests for r in results], ignore_index=True).to_csv(
             tmp / "requests.csv", index=False, float_format="%.9g")
         write_config(tmp / "config.yaml", cfg.resolved(),
-                     f"resolved config of {cfg.source}; sha256[:16] = {cfg.hash()}")
+                     f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
+                     f"profiles = {cfg.hash()}")
         (tmp / "config.sha256").write_text(cfg.hash() + "\n")
     return out
 

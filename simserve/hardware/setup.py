@@ -1,7 +1,10 @@
 """The hardware an experiment names, resolved to profiles."""
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from simserve.errors import ConfigError
 from simserve.hardware.profile import HardwareProfile, load_profile
@@ -59,3 +62,24 @@ def _load(name: str, kind: str, where: str) -> HardwareProfile:
         return load_profile(name, expect_kind=kind)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def profiles_digest(cfg: HardwareConfig) -> str:
+    """sha256[:16] over the files of the profiles `cfg` resolves to (GPU, links, CPU): part of
+    a point's cache key, so results simulated before a profile was refitted are not reused.
+    Hardware that does not resolve hashes as "unresolved" (its validation reports the error)."""
+    try:
+        hw = resolve_hardware(cfg)
+    except ConfigError:
+        return "unresolved"
+    h = hashlib.sha256()
+    for p in (hw.gpu, hw.pcie, hw.nvlink, hw.cpu):
+        if p is not None:
+            st = Path(p.path).stat()
+            h.update(_file_digest(str(p.path), st.st_mtime_ns, st.st_size).encode())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
