@@ -34,6 +34,7 @@ def _rows(known: dict, alpha, beta, total=132, sms=(16, 32, 64)) -> pd.DataFrame
         rows.append(dict(kind="corun_prefill", decode_sms=s, ratio=beta(s / total)))
     d = pd.DataFrame(rows)
     d["model"], d["shard"], d["total"], d["run"] = "qwen3-14b", 4, total, "r"
+    d["full_depth"] = False
     for i, r in enumerate(d.itertuples()):
         if r.kind.endswith("_alone"):
             f = (r.decode_sms if r.kind == "decode_alone" else r.prefill_sms) / total
@@ -87,3 +88,12 @@ def test_derived_gpu_with_the_same_sms_keeps_curves_with_bandwidth_rescaled():
     # other SMs (H20: 78, RTX 4090: 128 Ada SMs): nothing carried over
     assert "sm_share" not in load_profile("h20").overheads
     assert "sm_share" not in load_profile("rtx4090").overheads
+
+
+def test_slowdowns_come_from_full_depth_runs_when_there_are_any():
+    rows = [dict(kind=k, decode_sms=16, ratio=r, full_depth=fd)
+            for k, r, fd in (("corun_decode", 1.1, False), ("corun_prefill", 1.02, False),
+                             ("corun_decode", 1.2, True), ("corun_prefill", 1.1, True))]
+    d = pd.DataFrame(rows)
+    assert sorted(smshare_fit._corun(d).ratio) == [1.1, 1.2]
+    assert sorted(smshare_fit._corun(d[~d.full_depth]).ratio) == [1.02, 1.1]

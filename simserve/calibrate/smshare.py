@@ -133,7 +133,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default="qwen3-14b")
     ap.add_argument("--shard", type=int, default=4, help="per-GPU shapes of a TP group of this size")
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=4,
+                    help="layers per pass (0: the whole model; co-run slowdowns are fitted "
+                         "from whole-model runs where there are any)")
     ap.add_argument("--decode-sms", default="16,24,32,48,64")
     ap.add_argument("--alone-sms", default="8,16,24,32,40,48,56,64,80,96,112",
                     help="partition sizes for the alone-only scaling curves")

@@ -10,7 +10,9 @@ runs: piecewise-linear functions of the SM fraction f = SMs / device SMs,
   and prefill passes timed alone there. Compute runs above f on small partitions (higher
   clocks, less wave quantisation);
 - `decode_contention`, `prefill_contention` at the decode partition's fraction: co-running
-  slowdowns alpha and beta of decode and prefill on disjoint partitions;
+  slowdowns alpha and beta of decode and prefill on disjoint partitions (medians; from the
+  full-depth runs where there are any: a whole-model prefill of 70-180 ms beside decodes slows
+  both more than 4-layer passes of a few ms do, 1.21 / 1.11 against 1.16 / 1.07);
 and the check of `SmShareCost` (the model MuxWise is priced with) against every partition
 timing: MAPE with the analytic defaults (HBM saturating at half the SMs, compute ∝ f, alpha =
 beta = 1.28) and with these curves, in sample and fitted on the other models only.
@@ -37,6 +39,7 @@ def load(root: Path) -> pd.DataFrame:
         if not d.note.fillna("").str.contains("prefill and").any():
             continue  # the first protocol (one prefill pass per co-run): a repeatability check
         d["model"], d["shard"], d["total"] = meta["model"], meta["shard"], meta["device_sms"]
+        d["full_depth"] = not meta["layers"]  # --layers 0: every layer of the model
         d["run"] = csv.parent.name
         frames.append(d)
     if not frames:
@@ -88,6 +91,13 @@ def _alone(df: pd.DataFrame, total: int) -> pd.DataFrame:
     return d[d.kind.isin(["decode_alone", "prefill_alone"]) & (d.sms < total)]
 
 
+def _corun(df: pd.DataFrame) -> pd.DataFrame:
+    """The co-run rows the slowdowns come from: the full-depth runs' where there are any
+    (sustained co-running slows both more than 4-layer bursts do)."""
+    co = df[df.kind.isin(["corun_decode", "corun_prefill"])]
+    return co[co.full_depth] if co.full_depth.any() else co
+
+
 def curves(df: pd.DataFrame, costs: _Costs | None = None) -> dict:
     """The curves of one set of rows (see the module docstring). At each partition size where
     both decode and prefill ran alone, the memory and compute shares (bw, c) are the ones with
@@ -114,8 +124,9 @@ def curves(df: pd.DataFrame, costs: _Costs | None = None) -> dict:
         x = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-6}).x
         bws.append(float(np.exp(x[0])))
         cfs.append(float(np.exp(x[1])))
-    co_d = df[df.kind == "corun_decode"].groupby("decode_sms").ratio.median()
-    co_p = df[df.kind == "corun_prefill"].groupby("decode_sms").ratio.median()
+    co = _corun(df)
+    co_d = co[co.kind == "corun_decode"].groupby("decode_sms").ratio.median()
+    co_p = co[co.kind == "corun_prefill"].groupby("decode_sms").ratio.median()
     s2 = np.array(sorted(set(co_d.index) & set(co_p.index)), dtype=float)
     return {"sm_fraction": [round(float(x), 4) for x in [*(np.array(both) / total), 1.0]],
             "bw_fraction": _monotone([*bws, 1.0]), "compute_fraction": _monotone([*cfs, 1.0]),
@@ -133,7 +144,7 @@ def _predict(df: pd.DataFrame, sm_share: dict | None, costs: _Costs) -> pd.DataF
     for r in _alone(df, total).itertuples():
         out.append({"model": r.model, "kind": r.kind, "measured": r.ratio,
                     "predicted": costs.ratio(r, r.sms / total, sm_share)})
-    for r in df[df.kind.isin(["corun_decode", "corun_prefill"])].itertuples():
+    for r in _corun(df).itertuples():
         a, b = contention(sm_share, r.decode_sms / total)
         out.append({"model": r.model, "kind": r.kind, "measured": r.ratio,
                     "predicted": a if r.kind == "corun_decode" else b})

@@ -12,7 +12,7 @@ class MuxWiseConfig:
     tbt_ms: float = 100.0               # the TBT SLO decode's SM share must meet
     # alpha, beta: slowdowns of decode and prefill co-running on disjoint SMs. None: the GPU
     # profile's measured `overheads.sm_share` curves (h200-sxm, and h100-sxm carried over:
-    # alpha 1.16-1.17, beta 1.04-1.11 from green-context runs, hwprofiles/raw/h200-sxm/smshare),
+    # alpha 1.19-1.23, beta 1.08-1.13 from green-context runs, hwprofiles/raw/h200-sxm/smshare),
     # else ConfluxServe Fig. 14a's 1.28 (smshare.CONTENTION_FIG14A; the paper calls MuxWise's
     # interference "higher and less stable" but reports no number). A number overrides.
     decode_contention: float | None = None

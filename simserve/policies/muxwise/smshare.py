@@ -10,7 +10,7 @@ with F and B the FLOPs and HBM bytes of the kernel at that shape (from the model
 attention shapes), P and W the datasheet bf16 peak and HBM bandwidth of the GPU, and c(f),
 bw(f) the shares of whole-GPU compute and memory throughput that f of the SMs deliver:
 - measured (the profile's `overheads.sm_share`, from `simserve.calibrate.smshare` runs on
-  green-context partitions: piecewise linear in f). On the H200, 16 of 132 SMs keep 27 % of
+  green-context partitions: piecewise linear in f). On the H200, 16 of 132 SMs keep 26 % of
   the memory throughput and 15 % of the compute (more per SM than the whole GPU: higher
   clocks), 112 SMs only 73 % of the compute (wave quantisation of some shapes);
 - or analytic (no measured curves, or `bw_saturation` set): c(f) = f and
