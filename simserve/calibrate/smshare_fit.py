@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +80,9 @@ class _Costs:
         return sc.prefill_layer_us(int(r.prefill_chunk), int(r.prefill_ctx), f, allreduce=False)
 
     def ratio(self, r, f: float, curves: dict | None) -> float:
-        key = (r.model, r.shard, r.kind, r.decode_batch, r.decode_ctx, r.prefill_chunk,
-               r.prefill_ctx)
+        key = (r.model, r.shard, r.kind) + tuple(  # NaN (not this kind's column) as None
+            None if pd.isna(v) else v
+            for v in (r.decode_batch, r.decode_ctx, r.prefill_chunk, r.prefill_ctx))
         if key not in self._full:
             self._full[key] = self.layer_us(r, 1.0, None)
         return self.layer_us(r, f, curves) / self._full[key]
@@ -180,7 +182,11 @@ def main(argv=None) -> int:
     ap.add_argument("root", help="folder of smshare runs (RUN/smshare.csv)")
     a = ap.parse_args(argv)
     root = Path(a.root)
-    res = fit(root)
+    try:
+        res = fit(root)
+    except FileNotFoundError as exc:
+        print(f"smshare_fit: error: {exc}", file=sys.stderr)
+        return 2
     (root / "smshare.json").write_text(json.dumps(res, indent=1) + "\n")
     for k, v in res["mape_pct"].items():
         print(f"{k:45s} " + "  ".join(f"{n} {x:5.2f}%" for n, x in v.items()))

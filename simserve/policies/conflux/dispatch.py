@@ -188,13 +188,7 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
             lo = nxt
         else:
             hi = nxt
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if s.ok(mid * quantum):
-            lo = mid
-        else:
-            hi = mid
-    return lo * quantum
+    return _bisect(s, lo, hi, quantum)
 
 
 def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
@@ -231,6 +225,11 @@ def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
                 lo = x
                 break
             hi, step = x, 2 * step
+    return _bisect(s, lo, hi, q)
+
+
+def _bisect(s: _Search, lo: int, hi: int, q: int) -> int:
+    """The highest safe multiple of q between a safe `lo` and an unsafe `hi` (multiples)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if s.ok(mid * q):

@@ -55,6 +55,7 @@ class MuxWiseEngine:
         # measured spatial-sharing curves of the profile, unless bw_saturation forces the
         # analytic model; alpha, beta from the same measurement unless configured
         self.curves = hw.gpu.overheads.get("sm_share")
+        self._ab: dict[float, tuple[float, float]] = {}
         self.cost = SmShareCost(cost, cfg.bw_saturation or 0.5,
                                 curves=self.curves if cfg.bw_saturation is None else None)
         self.tbt_s = cfg.tbt_ms / 1e3
@@ -78,11 +79,16 @@ class MuxWiseEngine:
     # -- decisions --------------------------------------------------------------------------
     def contention(self, f_decode: float) -> tuple[float, float]:
         """(alpha, beta) with decode on share `f_decode` of the SMs: configured numbers, else
-        the profile's measured curves, else the Fig. 14a constant."""
-        a, b = contention(self.curves, f_decode)
-        c = self.cfg
-        return (a if c.decode_contention is None else c.decode_contention,
+        the profile's measured curves, else the Fig. 14a constant (memoised: the shares are
+        SGLang's few SM groups)."""
+        ab = self._ab.get(f_decode)
+        if ab is None:
+            a, b = contention(self.curves, f_decode)
+            c = self.cfg
+            ab = self._ab[f_decode] = (
+                a if c.decode_contention is None else c.decode_contention,
                 b if c.prefill_contention is None else c.prefill_contention)
+        return ab
 
     def decode_sms(self, batch: int, ctx_sum: int, ctx_max: int | None = None) -> int:
         """Fewest decode SMs whose contended step meets the TBT (the largest group if none)."""
