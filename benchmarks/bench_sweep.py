@@ -36,9 +36,9 @@ def main() -> int:
     ap.add_argument("--out", help="results folder (default: a temporary folder)")
     args = ap.parse_args()
 
-    from simserve.experiment.executors import available_cores
-    from simserve.experiment.sweep import load_sweep
-    from simserve.experiment.sweep_run import run_sweep
+    from simserve.runner.executors import available_cores
+    from simserve.runner.sweep import load_sweep
+    from simserve.runner.sweep_run import run_sweep
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench-sweep.yaml"

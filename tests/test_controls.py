@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simserve.hardware.controls import (RouteTimes, assist_thresholds, cpu_batch_limit,
+from simserve.policies.dualpace.controls import (RouteTimes, assist_thresholds, cpu_batch_limit,
                                         gpu_token_limit, route, route_scores)
 
 
