@@ -8,7 +8,8 @@ grows) or `slo_attainment>=0.95` (one that falls). Two ways to find the rate:
   `metrics.sustainable_rate` / `metrics.max_rate_meeting`; never extrapolated, censored when
   the curve does not cross.
 - `bisect_capacity(evaluate, target, ...)`: adaptive bisection on the rate to a tolerance, with
-  any `evaluate(rate) -> value`; `bisect_experiment(cfg, targets)` wires it to `run_point`.
+  any `evaluate(rate) -> value`; `simserve.runner.bisect.bisect_experiment(cfg, targets)`
+  wires it to `run_point`.
 
 Both return `Capacity` values; `simserve.runner.capacity_cli` prints them as tables.
 """
@@ -323,40 +324,3 @@ def bisect_capacity(evaluate: Callable[[float], float], target: Target, *,
     if math.isfinite(vb) and vb != va:  # interpolate inside the final bracket
         rate = float(np.clip(a + (target.value - va) * (b - a) / (vb - va), a, b))
     return done(rate, False, a, b)
-
-
-def bisect_experiment(cfg, targets: list[Target], *, lo=None, hi=None, rtol=0.02, atol=None,
-                      log: Callable[[str], None] | None = None) -> tuple[list[Capacity], int]:
-    """Bisection for every policy of an experiment and every target: each probe runs one
-    `run_point` per seed (seeds averaged). Simulations are cached across targets; returns the
-    results and the number of distinct simulations run."""
-    from simserve.runner.point import Point, run_point, validate
-    from simserve.hardware.setup import resolve_hardware
-    for t in targets:
-        if t.metric in ("slo_attainment", "request_goodput") and cfg.slo is None:
-            raise SimserveError(f"{cfg.source}: target {t} needs an slo: in the experiment")
-    validate(cfg)
-    hardware = resolve_hardware(cfg.hardware)
-    cache: dict[tuple, dict] = {}
-    rates = cfg.workload.rates
-    out = []
-    for t in targets:
-        for pol in cfg.policies:
-            def evaluate(rate: float, pol=pol, t=t) -> float:
-                vals = []
-                for seed in cfg.workload.seeds:
-                    key = (pol.label, rate, seed)
-                    if key not in cache:
-                        cache[key] = run_point(cfg, Point(pol, rate, seed), hardware).summary
-                        if log:
-                            log(f"  {pol.label} rate={rate:.4g} seed={seed}: "
-                                f"{t.metric}={cache[key].get(t.metric, math.nan):.4g}")
-                    v = cache[key].get(t.metric)
-                    vals.append(math.nan if v is None else float(v))
-                return float(np.mean(vals))
-            c = bisect_capacity(evaluate, t, lo=lo, hi=hi, start=(min(rates), max(rates)),
-                                rtol=rtol, atol=atol, group={"policy": pol.label})
-            out.append(Capacity(c.group, t, c.rate, c.censored, c.lowest_rate, c.highest_rate,
-                                "bisect", c.bracket, c.num_simulations * len(cfg.workload.seeds),
-                                c.probes))
-    return out, len(cache)

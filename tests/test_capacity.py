@@ -9,8 +9,9 @@ import pytest
 
 from simserve.cli import main
 from simserve.errors import SimserveError
-from simserve.capacity import (Target, bisect_capacity, bisect_experiment,
-                                          grid_capacity, group_keys, parse_target, rate_curves)
+from simserve.capacity import (Target, bisect_capacity, grid_capacity, group_keys, parse_target,
+                               rate_curves)
+from simserve.runner.bisect import bisect_experiment
 from simserve.runner.capacity_cli import format_capacity_table, ratio_text
 from simserve.runner.config import parse_experiment
 

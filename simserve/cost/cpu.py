@@ -33,9 +33,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from simserve.cost import assist_routes
 from simserve.cost.gpu import in_situ_factor
 from simserve.errors import ConfigError
-from simserve.policies.dualpace import controls
 from simserve.hardware.datasheets import CPU_EFFICIENCY
 from simserve.hardware.profile import REPO_ROOT, HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
@@ -211,10 +211,10 @@ class CpuCostModel:
 
     # -- Dense Assist ---------------------------------------------------------------------
     def assist_route_times(self, gpu_ops, pcie: HardwareProfile, batches,
-                           host_us: float = controls.ASSIST_HOST_US, wait_us: float = 0.0):
-        """`controls.route_times_from` with the CPU-local stages (t_p, t_l) priced by this
+                           host_us: float = assist_routes.ASSIST_HOST_US, wait_us: float = 0.0):
+        """`assist_routes.route_times_from` with the CPU-local stages (t_p, t_l) priced by this
         model (norms, TP shards and collectives included) instead of the raw GEMM tables."""
-        rt = controls.route_times_from(gpu_ops, self.ops, pcie, self.model, batches,
-                                       host_us=host_us, wait_us=wait_us)
+        rt = assist_routes.route_times_from(gpu_ops, self.ops, pcie, self.model, batches,
+                                            host_us=host_us, wait_us=wait_us)
         return replace(rt, t_p=np.array([self.post_attention_us(b) for b in batches]) / 1e3,
                        t_l=np.array([self.post_layer_us(b) for b in batches]) / 1e3)

@@ -161,7 +161,7 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
     src_p = load_profile(src_name, expect_kind="cpu")
     if src_p.provenance_type != "measured":
         raise ValueError(f"{src_name} is not a measured profile")
-    from simserve.calibrate.tables import read_raw  # measured ceilings live with the raw points
+    from simserve.hardware.raw import read_raw  # measured ceilings live with the raw points
     raw = read_raw(REPO_ROOT / src_p.provenance["raw"])
     cpu = raw[(raw.part == "cpu") & (raw.threads == src_cores)]
     copy_gbps = float((cpu[cpu.op == "stream_copy"].bytes / cpu[cpu.op == "stream_copy"].median_us

@@ -7,10 +7,10 @@ import math
 import sys
 from pathlib import Path
 
+from simserve.capacity import (DEFAULT_TARGETS, METRIC_KEYS, Capacity, Target, grid_capacity,
+                               group_keys, group_records, load_records, parse_target)
 from simserve.errors import SimserveError
-from simserve.capacity import (DEFAULT_TARGETS, METRIC_KEYS, Capacity, Target,
-                                          bisect_experiment, grid_capacity, group_keys,
-                                          group_records, load_records, parse_target)
+from simserve.runner.bisect import bisect_experiment
 
 
 # --------------------------------------------------------------------------- ratios
