@@ -26,7 +26,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.conflux.estimator import prefill_work
 from simserve.policies.conflux.fit import (calibrate_margin, calibration_batches, dispatch_points,
-                                          estimator_errors, fit_from_cost)
+                                           estimator_errors, fit_from_cost)
 
 TAUS = (0.05, 0.1, 0.15)
 

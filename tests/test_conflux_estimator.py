@@ -9,7 +9,7 @@ import pytest
 from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies.conflux.fit import (calibrate_margin, dispatch_points, fit_base,
-                                          fit_from_cost)
+                                           fit_from_cost)
 from simserve.run import simulate_point
 from tests.helpers import workload
 from tests.sp_hand import HW4, QWEN14

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies.dualpace.controls import (RouteTimes, assist_thresholds, cpu_batch_limit,
-                                        gpu_token_limit, route, route_scores)
+                                                 gpu_token_limit, route, route_scores)
 
 
 def test_gpu_token_limit_is_first_point_within_delta_of_plateau():

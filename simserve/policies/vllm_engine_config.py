@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# vLLM defaults by version (notes/hardware-and-models.md §5; vllm/engine/arg_utils.py):
+# vLLM defaults by version (../shared/notes/hardware-and-models.md §5; vllm/engine/arg_utils.py):
 # API-server token budget 8192 / 1024 seqs on >= 70 GiB GPUs that are not A100, else 2048 / 256;
 # gpu_memory_utilization 0.90 up to v0.20, 0.92 from v0.21, when CUDA-graph memory is counted too.
 

@@ -1,6 +1,6 @@
 """Random held-out batches for iteration-level validation, and their cost-model predictions.
 
-GPU batches come in three kinds, a third each (ranges from issue 7):
+GPU batches come in three kinds, a third each:
   - prefill: 1-3 chunks of 32-8K new tokens (log-uniform), each after no context (half of
     them) or 1K-16K cached tokens; a chunk samples (ends its prompt) with probability 1/2;
   - decode: 1-256 decodes (log-uniform) with contexts drawn log-uniform in 1K-16K each;

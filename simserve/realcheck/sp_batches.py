@@ -2,7 +2,7 @@
 co-batched with rank-local decodes), and their predictions by simserve's SP cost model and by
 ConfluxServe's latency estimator (torch-free).
 
-Batches, in the proportions of a Conflux serving run (issue 7, item 4):
+Batches, in the proportions of a Conflux serving run:
   - mixed (3 in 5): 1–2 prefill chunks of 256–8K new tokens (log-uniform; Σ ≤ 12K), each after
     no context (40 %) or 1K–32K cached tokens, sharded over the ranks, plus on every rank 0–128
     decodes (a rank holds none with probability 1/5) with contexts log-uniform in 1K–16K;

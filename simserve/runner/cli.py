@@ -6,7 +6,7 @@ from pathlib import Path
 
 from simserve.runner.config import load_experiment
 from simserve.runner.point import (check_out_dir, format_table, run_experiment_config,
-                                        summary_records)
+                                   summary_records)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from simserve.errors import SimserveError
-from simserve.capacity import (Target, grid_capacity, group_keys, group_label,
-                                          group_records, load_records, parse_target,
-                                          rate_curves)
+from simserve.capacity import (Target, grid_capacity, group_keys, group_label, group_records,
+                               load_records, parse_target, rate_curves)
 from simserve.metrics import sustainable_rate
 
 FORMATS = ("png", "svg", "pdf")

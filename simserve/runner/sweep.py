@@ -33,8 +33,8 @@ from pathlib import Path
 import yaml
 
 from simserve.errors import ConfigError, SimserveError, did_you_mean
-from simserve.runner.config import (TOP_KEYS, ExperimentConfig, WorkloadConfig,
-                                        apply_override, parse_experiment)
+from simserve.runner.config import (TOP_KEYS, ExperimentConfig, WorkloadConfig, apply_override,
+                                    parse_experiment)
 from simserve.runner.point import make_workload, points
 from simserve.runner.yamlio import Located, line_of, load_located
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
