@@ -35,11 +35,11 @@ N = 2000
 def one(policy: str, rate: float, setting: dict) -> dict:
     import time
 
-    from simserve.experiment.config import parse_experiment
-    from simserve.experiment.runner import make_workload
+    from simserve.runner.config import parse_experiment
+    from simserve.runner.point import make_workload
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
     from simserve.policies import make_config
-    from simserve.sim.run import simulate_point
+    from simserve.run import simulate_point
 
     cfg = parse_experiment({"model": setting["model"], "hardware": setting["hardware"],
                             "workload": {"trace": setting["trace"], "num_requests": N,

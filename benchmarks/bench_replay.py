@@ -27,11 +27,11 @@ def one(trace: str, n: int, rate: float) -> dict:
     import resource
     import tracemalloc
 
-    from simserve.experiment.config import parse_experiment
-    from simserve.experiment.runner import make_workload
+    from simserve.runner.config import parse_experiment
+    from simserve.runner.point import make_workload
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
     from simserve.policies import make_config
-    from simserve.sim.run import simulate_point
+    from simserve.run import simulate_point
 
     cfg = parse_experiment({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
                             "workload": {"trace": trace, "num_requests": n, "arrival": "poisson",

@@ -4,7 +4,7 @@
 
 3 policies (vllm with token budgets 2048 and 8192, sarathi with 512) × 8 Poisson rates
 (4, 8, ..., 32 req/s) × 2,000 synthetic-conversation requests on Llama-3.1-8B / 1x H100:
-24 points. Bar (issue 6): at most 30 s wall on the 2-core development machine. Then the same
+24 points. Bar: at most 30 s wall on the 2-core development machine. Then the same
 sweep again, which must run no simulation.
 """
 from __future__ import annotations
@@ -36,9 +36,9 @@ def main() -> int:
     ap.add_argument("--out", help="results folder (default: a temporary folder)")
     args = ap.parse_args()
 
-    from simserve.experiment.executors import available_cores
-    from simserve.experiment.sweep import load_sweep
-    from simserve.experiment.sweep_run import run_sweep
+    from simserve.runner.executors import available_cores
+    from simserve.runner.sweep import load_sweep
+    from simserve.runner.sweep_run import run_sweep
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench-sweep.yaml"

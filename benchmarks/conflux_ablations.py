@@ -16,12 +16,12 @@ import dataclasses
 
 import numpy as np
 
-from simserve.cost_sp import SpCostModel
+from simserve.cost.sp import SpCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.conflux.dispatch import Candidate, RankState, dispatch
 from simserve.policies.conflux.fit import fit_from_cost
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from simserve.workload.spec import Workload
 
 MODEL = "qwen3-14b"

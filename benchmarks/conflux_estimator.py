@@ -21,12 +21,12 @@ import dataclasses
 
 import numpy as np
 
-from simserve.cost_sp import SpCostModel
+from simserve.cost.sp import SpCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.conflux.estimator import prefill_work
 from simserve.policies.conflux.fit import (calibrate_margin, calibration_batches, dispatch_points,
-                                          estimator_errors, fit_from_cost)
+                                           estimator_errors, fit_from_cost)
 
 TAUS = (0.05, 0.1, 0.15)
 
@@ -80,7 +80,7 @@ def main(argv=None) -> None:
         "+ profiled f_D (default)": dict(decode="profile"),
     }
     print(f"{a.model}, {a.gpus}x H100, TP{a.tp} x SP{a.gpus // a.tp}; α = β = {cost.alpha} "
-          "(cost_sp.PAPER_CONTENTION)\n")
+          "(simserve.cost.sp.PAPER_CONTENTION)\n")
     print(f"{'estimator':38s} {'MAPE':>6s} {'bias':>6s} | overshoot at binding dispatch points "
           "(actual/τ − 1: p50 / p99; margin covering p99) at τ = 50 / 100 / 150 ms")
     for name, kw in variants.items():

@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from simserve.workload.spec import Workload
 from simserve.workload.synthetic import synthetic_workload
 

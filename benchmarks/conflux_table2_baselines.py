@@ -25,7 +25,7 @@ from simserve.cost import BatchShape, GpuCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.policies.muxwise.smshare import SmShareCost, contention
+from simserve.cost.smshare import SmShareCost, contention
 
 PAPER = {0.05: (4.17, 4.38), 0.1: (5.92, 5.43)}
 

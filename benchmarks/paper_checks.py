@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel, prefill_batch
-from simserve.hardware import controls as C
+from simserve.policies.dualpace import controls as C
 from simserve.hardware.profile import load_profile
 from simserve.models import get_model
 

@@ -16,6 +16,6 @@ def __getattr__(name):  # keep `import simserve` cheap; load the API on first us
         from simserve import api
         return getattr(api, name)
     if name == "load_experiment":
-        from simserve.experiment.config import load_experiment
+        from simserve.runner.config import load_experiment
         return load_experiment
     raise AttributeError(name)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from simserve.experiment.config import ExperimentConfig, load_experiment, parse_experiment
-from simserve.experiment.runner import PointResult, Point, run_experiment_config, run_point
+from simserve.runner.config import ExperimentConfig, load_experiment, parse_experiment
+from simserve.runner.point import PointResult, Point, run_experiment_config, run_point
 from simserve.workload.spec import Workload
 
 

@@ -12,15 +12,15 @@ from simserve.errors import SimserveError
 
 # modules that expose register(subparsers); each adds its own sub-command(s)
 COMMAND_MODULES = (
-    "simserve.experiment.cli",
-    "simserve.experiment.sweep_cli",
+    "simserve.runner.cli",
+    "simserve.runner.sweep_cli",
     "simserve.workload.cli",
-    "simserve.hardware.cli",
+    "simserve.profiles_cli",
     "simserve.calibrate.cli",
-    "simserve.experiment.capacity_cli",
-    "simserve.experiment.plot_cli",
-    "simserve.experiment.regress_cli",
-    "simserve.validate.cli",
+    "simserve.runner.capacity_cli",
+    "simserve.runner.plot_cli",
+    "simserve.runner.regress_cli",
+    "simserve.realcheck.cli",
 )
 
 

@@ -1,7 +1,7 @@
 """Model catalog: architecture numbers and the sizes derived from them.
 
 Numbers are the models' `config.json` values (see `../shared/notes/hardware-and-models.md`
-§1 and `docs/models.md`). Nothing here holds a timing.
+§1). Nothing here holds a timing.
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def profile_fit_grid(xv, yv, us, grid, title: str, ax=None, x_label="batch", y_l
 
 # --------------------------------------------------------------------------- rate curves
 # Inputs are summary records (dicts, as in summary.json) or a DataFrame of them; sustainable
-# rates come in precomputed (`simserve.experiment.capacity.Capacity`): plots draw, not compute.
+# rates come in precomputed (`simserve.capacity.Capacity`): plots draw, not compute.
 
 # metric: (title, short name for the y label, unit shown, factor from the metric's unit, log y)
 METRIC_DISPLAY = {
@@ -145,7 +145,7 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
     `capacity.Target`) draws its line; `capacities` (`capacity.Capacity`, any target: those of
     `target` are used) mark where each curve crosses it: ○ at the interpolated rate, ▷ '≥ r'
     when it never crossed (censored high), ◁ '< r' when even the lowest rate failed."""
-    from simserve.experiment.capacity import rate_curves
+    from simserve.capacity import rate_curves
     ax = _axes(ax)
     name, short, unit, f, log_default = metric_display(metric)
     logy = log_default if logy is None else logy
@@ -216,7 +216,7 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
 
 
 def group_label_of(cap) -> str:
-    from simserve.experiment.capacity import group_label
+    from simserve.capacity import group_label
     return group_label(cap.group)
 
 
@@ -231,7 +231,7 @@ def attainment_vs_rate(records, ax=None, *, target=None, capacities=(), styles=N
                        legend: bool = True):
     """SLO attainment (%) against request rate, with the threshold line (default 95 %)."""
     if target is None:
-        from simserve.experiment.capacity import parse_target
+        from simserve.capacity import parse_target
         target = parse_target("slo_attainment>=0.95")
     ax = rate_curve(records, "slo_attainment", ax, target=target, capacities=capacities,
                     styles=styles, logy=False, legend=legend,

@@ -1,5 +1,5 @@
 """Hand composition of an SP prefill iteration from the profiles' primitives, written
-independently of `simserve.cost_sp` (shared by the conflux and loongserve tests)."""
+independently of `simserve.cost.sp` (shared by the conflux and loongserve tests)."""
 from __future__ import annotations
 
 import numpy as np

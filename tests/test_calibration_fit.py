@@ -12,9 +12,9 @@ from simserve.calibrate.build import build_gpu, build_link
 from simserve.calibrate.check import check_errors, summary
 from simserve.calibrate.tables import fit_curve, holdout_errors_1d, holdout_errors_grid
 from simserve.cost import GpuCostModel, prefill_batch
-from simserve.hardware.controls import (cpu_batch_limit_from, gpu_token_limit_from,
-                                        route_scores, route_times_from, assist_thresholds,
-                                        stage_wait_us, CPU_BATCHES)
+from simserve.policies.dualpace.controls import (cpu_batch_limit_from, gpu_token_limit_from,
+                                                 route_scores, route_times_from, assist_thresholds,
+                                                 stage_wait_us, CPU_BATCHES)
 from simserve.hardware.derive import write_profile
 from simserve.hardware.profile import load_profile
 from simserve.hardware.rescale import rescale_ops

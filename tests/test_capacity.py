@@ -9,10 +9,11 @@ import pytest
 
 from simserve.cli import main
 from simserve.errors import SimserveError
-from simserve.experiment.capacity import (Target, bisect_capacity, bisect_experiment,
-                                          grid_capacity, group_keys, parse_target, rate_curves)
-from simserve.experiment.capacity_cli import format_capacity_table, ratio_text
-from simserve.experiment.config import parse_experiment
+from simserve.capacity import (Target, bisect_capacity, grid_capacity, group_keys, parse_target,
+                               rate_curves)
+from simserve.runner.bisect import bisect_experiment
+from simserve.runner.capacity_cli import format_capacity_table, ratio_text
+from simserve.runner.config import parse_experiment
 
 TTFT5 = Target("p99_ttft_ms", "<=", 5000.0)
 ATT95 = Target("slo_attainment", ">=", 0.95)

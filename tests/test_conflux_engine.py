@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.cost import GpuCostModel
-from simserve.cost_sp import SpCostModel
+from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.hardware.profile import link_curve
 from simserve.metrics import SLO, request_frame
 from simserve.policies.conflux import engine as conflux_engine
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests, workload
 from tests.sp_hand import HW4, QWEN14, lone_prefill_s
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simserve.cost_sp import SpCostModel
+from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies.conflux.fit import (calibrate_margin, dispatch_points, fit_base,
-                                          fit_from_cost)
-from simserve.sim.run import simulate_point
+                                           fit_from_cost)
+from simserve.run import simulate_point
 from tests.helpers import workload
 from tests.sp_hand import HW4, QWEN14
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from simserve.errors import ConfigError
-from simserve.experiment.config import load_experiment
+from simserve.runner.config import load_experiment
 from simserve.policies import policy_names
 
 DIR = Path(__file__).resolve().parents[1] / "experiments" / "conflux"

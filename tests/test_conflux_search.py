@@ -8,13 +8,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import simserve.cost_sp as cs
-from simserve.cost_sp import SpCostModel
+import simserve.cost.sp as cs
+from simserve.cost.sp import SpCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.conflux.dispatch import Candidate, RankState, dispatch, find_level
 from simserve.policies.conflux.estimator import ConfluxEstimator
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import workload
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simserve.hardware.controls import (RouteTimes, assist_thresholds, cpu_batch_limit,
-                                        gpu_token_limit, route, route_scores)
+from simserve.policies.dualpace.controls import (RouteTimes, assist_thresholds, cpu_batch_limit,
+                                                 gpu_token_limit, route, route_scores)
 
 
 def test_gpu_token_limit_is_first_point_within_delta_of_plateau():

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from simserve.cost import BatchShape, GpuCostModel, in_situ_factor
-from simserve.cost_cpu import CpuCostModel
+from simserve.cost.cpu import CpuCostModel
 from simserve.hardware.attention import SplitImbalance
 from simserve.hardware.profile import load_profile
 from simserve.models import get_model
-from simserve.validate.fit import apply, fit_log_factor
+from simserve.realcheck.fit import apply, fit_log_factor
 
 P = {"target_programs": 528, "min_split_tokens": 256, "block_n": 64, "kv_heads": 8,
      "program_tokens_per_us": 28.0}

@@ -1,10 +1,10 @@
-"""CPU decode cost model (simserve/cost_cpu.py) against the shipped CPU profiles."""
+"""CPU decode cost model (simserve/cost/cpu.py) against the shipped CPU profiles."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from simserve.cost_cpu import CpuCostModel, host_copy_gbps
+from simserve.cost.cpu import CpuCostModel, host_copy_gbps
 from simserve.errors import ConfigError
 from simserve.hardware.profile import load_profile
 from simserve.models import get_model

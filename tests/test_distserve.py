@@ -10,7 +10,7 @@ from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import assert_every_token_in_order, requests, workload
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))

@@ -20,7 +20,7 @@ from simserve.policies.dualpace.state import NONE
 from simserve.sim.cluster import Cluster
 from simserve.sim.context import ArrivalSource, Recorder, SimContext
 from simserve.sim.requests import RequestTable
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import workload
 
 HW = resolve_hardware(HardwareConfig(gpu="rtx4090", cpu="xeon-silver-4510", cpu_cores=12))
@@ -129,7 +129,7 @@ def _pcie(nbytes, direction):
 def test_isolated_cpu_request_matches_stage_sums(route):
     """A prompt too big for HBM goes Prefill-to-CPU: GPU prefill, 32 per-layer D2H copies
     issued as layers finish, then CPU decodes of batch 1 along the chosen route."""
-    from simserve.cost_cpu import CpuCostModel
+    from simserve.cost.cpu import CpuCostModel
     p, o = 1000, 4
     pf = {"full": (2, 1), "split": (1, 0), "fused": (0, 0)}[route]
     s = Sim(workload([0.0], [p], [o]),

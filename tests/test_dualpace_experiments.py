@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from simserve.experiment.capacity import Capacity, parse_target
-from simserve.experiment.config import load_experiment
-from simserve.experiment.sweep import load_sweep
+from simserve.capacity import Capacity, parse_target
+from simserve.runner.config import load_experiment
+from simserve.runner.sweep import load_sweep
 
 DIR = Path(__file__).resolve().parents[1] / "experiments" / "dualpace"
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests, workload
 from tests.sp_hand import HW4, QWEN14, lone_prefill_s
 

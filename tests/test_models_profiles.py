@@ -7,7 +7,7 @@ from simserve.errors import ConfigError
 from simserve.hardware.functions import Curve
 from simserve.hardware.profile import available_profiles, load_profile
 from simserve.models import CATALOG, get_model
-from simserve.sim.memory import gpu_kv_budget
+from simserve.kv_budget import gpu_kv_budget
 
 # exact parameter counts published for the Llama models, Qwen's rounded counts (notes §1.2)
 PUBLISHED = {"llama-3.1-8b": 8_030_261_248, "llama-3.1-70b": 70_553_706_496}

@@ -11,8 +11,8 @@ from simserve.errors import ConfigError
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.policies.muxwise.smshare import CONTENTION_FIG14A, SmShareCost, contention
-from simserve.sim.run import simulate_point
+from simserve.cost.smshare import CONTENTION_FIG14A, SmShareCost, contention
+from simserve.run import simulate_point
 from tests.helpers import assert_every_token_in_order, requests, workload
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))

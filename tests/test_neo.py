@@ -21,7 +21,7 @@ from simserve.policies.neo.scheduler import next_round
 from simserve.sim.cluster import Cluster
 from simserve.sim.context import ArrivalSource, Recorder, SimContext
 from simserve.sim.requests import RequestTable
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import assert_every_token_in_order, requests, workload
 
 HW = resolve_hardware(HardwareConfig(gpu="rtx4090", cpu="xeon-silver-4510", cpu_cores=12,
@@ -223,7 +223,7 @@ def test_gpu_only_candidate_drops_cpu_prefills_while_wide():
 # -- the asymmetric pipeline's iteration time ---------------------------------------------
 def _predictor():
     from simserve.cost import GpuCostModel
-    from simserve.cost_cpu import CpuCostModel
+    from simserve.cost.cpu import CpuCostModel
     m = get_model(MODEL)
     env = simpy.Environment()
     cl = Cluster.build(env, HW.gpu, 1, HW.pcie, None)

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 from simserve import plots  # noqa: E402
 from simserve.cli import main  # noqa: E402
-from simserve.experiment.capacity import grid_capacity, parse_target  # noqa: E402
+from simserve.capacity import grid_capacity, parse_target  # noqa: E402
 
 SMALL = """\
 name: small

@@ -1,7 +1,7 @@
-"""Cumulative token progress (simserve/progress.py) on hand-made records."""
+"""Cumulative token progress (simserve/policies/dualpace/progress.py) on hand-made records."""
 import numpy as np
 
-from simserve.progress import cpu_progress_stalls, token_progress
+from simserve.policies.dualpace.progress import cpu_progress_stalls, token_progress
 from simserve.sim.records import RequestRecords
 
 

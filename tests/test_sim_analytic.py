@@ -6,7 +6,7 @@ import numpy as np
 from simserve.cost import GpuCostModel, prefill_batch
 from simserve.models import get_model
 from simserve.sim.cluster import Channel
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import H100, workload
 
 M8 = get_model("llama-3.1-8b")

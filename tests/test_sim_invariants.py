@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simserve.sim.run import simulate_point
+from simserve.run import simulate_point
 from tests.helpers import H100, H200, requests, workload
 
 

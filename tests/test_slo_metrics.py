@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from simserve.experiment.capacity import grid_capacity, parse_target
+from simserve.capacity import grid_capacity, parse_target
 from simserve.metrics import SLO, max_rate_meeting, request_slo, summarize, token_deadlines_s
 from simserve.sim.records import RequestRecords
 
@@ -89,7 +89,7 @@ def test_distserve_isolated_request_meets_an_slo_just_above_its_ttft():
     from simserve.cost import GpuCostModel
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
     from simserve.models import get_model
-    from simserve.sim.run import simulate_point
+    from simserve.run import simulate_point
     from tests.helpers import workload
     hw = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
     res = simulate_point(workload([0.0], [2000], [2]), "llama-3.1-8b", hw, "distserve")

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from simserve.cli import main
 from simserve.errors import ConfigError, SimserveError
-from simserve.experiment import sweep_run
-from simserve.experiment.sweep import axis_values, load_sweep
+from simserve.runner import sweep_run
+from simserve.runner.sweep import axis_values, load_sweep
 
 SMALL = """\
 name: small
@@ -336,7 +336,7 @@ def test_a_failed_write_leaves_no_point_folder(tmp_path, monkeypatch):
     def boom(*a, **kw):
         raise OSError("disk full")
 
-    from simserve.experiment import storage
+    from simserve.runner import storage
     monkeypatch.setattr(storage.yaml, "safe_dump", boom)  # config.yaml is written last
     with pytest.raises(OSError):
         main(["sweep", str(cfg), "--out", str(out), "--workers", "1", "-q"])
@@ -372,7 +372,7 @@ def test_dask_missing_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 
 def test_a_refitted_profile_changes_the_point_key(tmp_path, monkeypatch):
-    from simserve.experiment.config import load_experiment
+    from simserve.runner.config import load_experiment
     from simserve.hardware.profile import REPO_ROOT
     cfg = load_experiment(REPO_ROOT / "experiments" / "quickstart.yaml")
     before = cfg.hash()

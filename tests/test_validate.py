@@ -8,9 +8,9 @@ from simserve.cost import GpuCostModel
 from simserve.hardware.profile import load_profile
 from simserve.hardware.setup import HardwareConfig
 from simserve.models import get_model
-from simserve.validate import batches as vb
-from simserve.validate.replay import compare, run_pair, shape_to_batch
-from simserve.validate.score import summary
+from simserve.realcheck import batches as vb
+from simserve.realcheck.replay import compare, run_pair, shape_to_batch
+from simserve.realcheck.score import summary
 from simserve.workload.build import build_workload
 
 

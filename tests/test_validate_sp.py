@@ -10,8 +10,8 @@ import pytest
 from simserve.errors import SimserveError
 from simserve.policies.conflux.estimator import (ConfluxEstimator, estimate_many,
                                                  fit_contention)
-from simserve.validate import sp_score
-from simserve.validate.sp_batches import as_row, estimator_inputs, predict_sp, sample_rows, sp_batches
+from simserve.realcheck import sp_score
+from simserve.realcheck.sp_batches import as_row, estimator_inputs, predict_sp, sample_rows, sp_batches
 
 
 def test_sp_batches_shard_the_chunks_and_keep_every_rank_busy():
@@ -88,7 +88,7 @@ def test_score_names_a_wrong_folder(tmp_path):
 
 
 def test_conflux_takes_measured_contention_from_the_profile():
-    from simserve.cost_sp import PAPER_CONTENTION
+    from simserve.cost.sp import PAPER_CONTENTION
     from simserve.hardware.profile import load_profile
     from simserve.policies.conflux.config import ConfluxConfig
     from simserve.policies.conflux.policy import contention

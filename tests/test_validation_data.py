@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from simserve.validate.report import score_gpu
-from simserve.validate.score import summary
+from simserve.realcheck.report import score_gpu
+from simserve.realcheck.score import summary
 
 ROOT = Path(__file__).resolve().parents[1] / "validation"
 RUNS = [("h200-sxm-llama-3.1-8b", "llama-3.1-8b", 1), ("h200-sxm-llama-3.1-8b-run2", "llama-3.1-8b", 1),
@@ -33,8 +33,8 @@ def test_conflux_parallelism_iterations_stay_within_the_bar(folder, model):
     import pandas as pd
 
     from simserve.hardware.profile import load_profile
-    from simserve.validate.sp_batches import from_row, predict_sp
-    from simserve.validate.sp_score import load, models
+    from simserve.realcheck.sp_batches import from_row, predict_sp
+    from simserve.realcheck.sp_score import load, models
     c = load_profile("h200-sxm", "gpu").overheads["sp_contention"]
     cost, est = models(model, "h200-sxm", "nvlink4", 2, c["alpha"], c["beta"])
     df = load(str(ROOT / folder))

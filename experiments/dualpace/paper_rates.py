@@ -129,7 +129,7 @@ def run_sweep(stem: str, workload: str, workers: int, policies: list[str] | None
 
 def capacities(out: Path, targets=TARGETS) -> dict:
     """{(target, group label): Capacity} of a results folder."""
-    from simserve.experiment.capacity import grid_capacity, group_label, load_records, parse_target
+    from simserve.capacity import grid_capacity, group_label, load_records, parse_target
     caps = grid_capacity(load_records(out), [parse_target(t) for t in targets])
     tmap = {parse_target(t): t for t in targets}
     return {(tmap[c.target], group_label(c.group)): c for c in caps}
@@ -231,7 +231,7 @@ def _render(head, rows, markdown: bool) -> str:
 
 
 def rates_measured(out: Path) -> str:
-    from simserve.experiment.capacity import load_records
+    from simserve.capacity import load_records
     rs = sorted({r["request_rate"] for r in load_records(out)})
     return f"{rs[0]:g}–{rs[-1]:g} req/s ({len(rs)} rates)"
 
@@ -245,7 +245,7 @@ YMAX = {NL: 2.5, TTFT: 12.5, ITL: 3.75, TPOT: 3.75, TPOT1: 2.5, ITL1: 2.5}
 def panel(ax, records, target: str, caps: dict, title: str, styles=None, legend=False):
     """One paper-style panel: the metric against the rate per curve, the target line, a mark
     where each curve crosses it; linear y clipped at 2.5x the target as in the paper."""
-    from simserve.experiment.capacity import parse_target
+    from simserve.capacity import parse_target
     from simserve.plots import rate_curve
     t = parse_target(target)
     rate_curve(records, t.metric, ax, target=t, capacities=[c for (tt, _), c in caps.items()
@@ -269,7 +269,7 @@ def panel(ax, records, target: str, caps: dict, title: str, styles=None, legend=
 
 
 def _styles(records) -> dict:
-    from simserve.experiment.capacity import group_label, group_records
+    from simserve.capacity import group_label, group_records
     out = {}
     for g, _ in group_records(records):
         lab = group_label(g)
@@ -284,7 +284,7 @@ def paper_figures(workload: str) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simserve.experiment.capacity import load_records
+    from simserve.capacity import load_records
     conv = [s for s in PAPER if "-conv-" in s]
     code = [s for s in PAPER if "-code-" in s]
     layouts = {"fig09": ("Fig. 9: normalized latency", [(conv, NL), (code, NL)]),
@@ -328,7 +328,7 @@ def four_panels(out: Path, title: str, path: Path, targets=TARGETS, styles=None)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simserve.experiment.capacity import load_records
+    from simserve.capacity import load_records
     recs, caps = load_records(out), capacities(out, targets)
     fig, axes = plt.subplots(1, len(targets), figsize=(4.2 * len(targets), 3.8),
                              layout="constrained")
@@ -381,7 +381,7 @@ def fig11_name(label: str) -> str:
 
 
 def fig11_caps(out: Path) -> dict:
-    from simserve.experiment.capacity import grid_capacity, load_records, parse_target
+    from simserve.capacity import grid_capacity, load_records, parse_target
     recs = load_records(out)
     caps = grid_capacity(recs, [parse_target(t) for t in FIG11_TARGETS])
     tmap = {parse_target(t): t for t in FIG11_TARGETS}
@@ -416,7 +416,7 @@ def fig11_plot() -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simserve.experiment.capacity import load_records
+    from simserve.capacity import load_records
     targets = (NL, TTFT, ITL, TPOT1)
     fig, axes = plt.subplots(2, 4, figsize=(17, 8.4), layout="constrained")
     for r, stem in enumerate(FIG11):
@@ -432,7 +432,7 @@ def fig11_plot() -> Path:
             seen.add((lab, x["request_rate"]))
             keep.append({k: v for k, v in x.items() if k != "variant"}
                         if x["policy"] == "vllm" else x)
-        from simserve.experiment.capacity import group_label, group_records
+        from simserve.capacity import group_label, group_records
         labels = [group_label(g) for g, _ in group_records(keep)]
         cmap = matplotlib.colormaps["Reds"], matplotlib.colormaps["Blues"]
         vs = FIG11[stem][1]
@@ -445,7 +445,7 @@ def fig11_plot() -> Path:
             shade = 0.45 + 0.55 * vs.index(var) / max(len(vs) - 1, 1)
             styles[lab] = {"color": (cmap[0] if pol == "dualpace" else cmap[1])(shade),
                            "marker": "o" if pol == "dualpace" else "s"}
-        from simserve.experiment.capacity import grid_capacity, parse_target
+        from simserve.capacity import grid_capacity, parse_target
         caps = {}
         for c in grid_capacity(keep, [parse_target(t) for t in targets]):
             caps[(next(t for t in targets if parse_target(t) == c.target),
@@ -471,11 +471,11 @@ def fig1(rate: float, requests: int | None) -> None:
     vLLM, NEO and DualPace; prints a table and draws plots/fig1-progress.png."""
     import numpy as np
 
-    from simserve.experiment.config import load_experiment
-    from simserve.experiment.runner import make_workload
+    from simserve.runner.config import load_experiment
+    from simserve.runner.point import make_workload
     from simserve.hardware.setup import resolve_hardware
-    from simserve.progress import cpu_progress_stalls, token_progress
-    from simserve.sim.run import simulate_point
+    from simserve.policies.dualpace.progress import cpu_progress_stalls, token_progress
+    from simserve.run import simulate_point
     sets = ["policies=[{name: vllm}, {name: neo}, {name: dualpace}]", f"workload.rates=[{rate}]"]
     if requests:
         sets.append(f"workload.num_requests={requests}")

@@ -152,7 +152,7 @@ def _decode_imbalance(raw: pd.DataFrame, sms: int) -> dict | None:
     grid; see `hardware.attention.SplitImbalance`."""
     from scipy.optimize import minimize_scalar
 
-    from simserve.calibrate.triton_kernels_params import DECODE_MIN_SPLIT, DECODE_PROGRAMS_PER_SM
+    from simserve.hardware.triton_kernels_params import DECODE_MIN_SPLIT, DECODE_PROGRAMS_PER_SM
     from simserve.hardware.attention import SplitImbalance
     mx = _pts(raw, part="gpu_decode_attn", op="decode_attn_mixed_ctx")
     if mx.empty:

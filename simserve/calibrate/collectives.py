@@ -25,7 +25,7 @@ import sys
 import time
 import traceback
 
-# Keep NVLink multicast off whatever the caller's environment says (shared hosts, see KINDS.md).
+# Keep NVLink multicast off whatever the caller's environment says (shared hosts forbid it).
 _SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(_SAFE_ENV)
 

@@ -64,7 +64,7 @@ class _Costs:
             from simserve.cost import GpuCostModel
             from simserve.hardware.setup import HardwareConfig, resolve_hardware
             from simserve.models import get_model
-            from simserve.policies.muxwise.smshare import SmShareCost
+            from simserve.cost.smshare import SmShareCost
             hw = resolve_hardware(HardwareConfig(gpu="h200-sxm", num_gpus=int(shard)))
             cost = GpuCostModel(get_model(model), hw.gpu, int(shard),
                                 hw.nvlink if shard > 1 else None)
@@ -140,7 +140,7 @@ def curves(df: pd.DataFrame, costs: _Costs | None = None) -> dict:
 def _predict(df: pd.DataFrame, sm_share: dict | None, costs: _Costs) -> pd.DataFrame:
     """`SmShareCost`'s time ratios (partition / whole GPU) and co-run slowdowns for the rows,
     on the measured h200-sxm profile, without the TP all-reduces (not in the measurement)."""
-    from simserve.policies.muxwise.smshare import contention
+    from simserve.cost.smshare import contention
     total = int(df.total.iloc[0])
     out = []
     for r in _alone(df, total).itertuples():

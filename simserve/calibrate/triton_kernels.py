@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from .triton_kernels_params import DECODE_MIN_SPLIT
+from simserve.hardware.triton_kernels_params import DECODE_MIN_SPLIT
 import triton.language as tl
 
 

@@ -58,7 +58,7 @@ def _scale_decode_grid(da: dict, m, tp: int, src, dst) -> dict:
 def _scale_imbalance(imb: dict, src_ds: dict, dst_ds: dict) -> dict:
     """The split-K decode kernel on another GPU: it aims for the same programs per SM, and a
     program streams at its SM's share of the memory bandwidth."""
-    from simserve.calibrate.triton_kernels_params import DECODE_PROGRAMS_PER_SM
+    from simserve.hardware.triton_kernels_params import DECODE_PROGRAMS_PER_SM
     per_sm = (dst_ds["mem_bandwidth_gbps"] / dst_ds["sms"]) / (src_ds["mem_bandwidth_gbps"] / src_ds["sms"])
     return dict(imb, target_programs=DECODE_PROGRAMS_PER_SM * int(dst_ds["sms"]),
                 program_tokens_per_us=round(float(imb["program_tokens_per_us"]) * per_sm, 3),
@@ -132,7 +132,7 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
     }
     prof["overheads"] = dict(src_p.overheads, source=f"host costs as measured/assumed for {src_name}")
     # measured kernel co-run contention is not carried over: a derived GPU's SP runs use the
-    # paper's Fig. 14a value (cost_sp.PAPER_CONTENTION) unless configured
+    # paper's Fig. 14a value (simserve.cost.sp.PAPER_CONTENTION) unless configured
     prof["overheads"].pop("sp_contention", None)
     share = prof["overheads"].pop("sm_share", None)
     if share and s["sms"] == d["sms"] and s["bf16_tflops"] == d["bf16_tflops"]:
@@ -161,7 +161,7 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
     src_p = load_profile(src_name, expect_kind="cpu")
     if src_p.provenance_type != "measured":
         raise ValueError(f"{src_name} is not a measured profile")
-    from simserve.calibrate.tables import read_raw  # measured ceilings live with the raw points
+    from simserve.hardware.raw import read_raw  # measured ceilings live with the raw points
     raw = read_raw(REPO_ROOT / src_p.provenance["raw"])
     cpu = raw[(raw.part == "cpu") & (raw.threads == src_cores)]
     copy_gbps = float((cpu[cpu.op == "stream_copy"].bytes / cpu[cpu.op == "stream_copy"].median_us

@@ -14,8 +14,8 @@ _MODULES = {"vllm": "simserve.policies.vllm", "sarathi": "simserve.policies.sara
             "neo": "simserve.policies.neo",
             "dualpace": "simserve.policies.dualpace.engine",
             "conflux": "simserve.policies.conflux.policy",
-            "loongserve": "simserve.policies.loongserve",
-            "chunked": "simserve.policies.chunked_baseline",
+            "loongserve": "simserve.policies.loongserve.engine",
+            "chunked": "simserve.policies.chunked_prefill_tp",
             "distserve": "simserve.policies.distserve",
             "muxwise": "simserve.policies.muxwise"}
 _REGISTRY: dict[str, tuple[type, Callable]] = {}

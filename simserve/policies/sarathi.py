@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.chunked import ChunkedEngine
-from simserve.policies.chunked_config import ChunkedConfig
+from simserve.policies.vllm_engine import ChunkedEngine
+from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.replicas import build_replicas
 
 _EMPTY = np.zeros(0, dtype=np.int64)

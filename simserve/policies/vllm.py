@@ -1,11 +1,11 @@
-"""Policy `vllm`: the vLLM V1 scheduler with chunked prefill (see `chunked.py` for the loop)."""
+"""Policy `vllm`: the vLLM V1 scheduler with chunked prefill (see `vllm_engine.py` for the loop)."""
 from __future__ import annotations
 
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.chunked import ChunkedEngine
-from simserve.policies.chunked_config import ChunkedConfig
+from simserve.policies.vllm_engine import ChunkedEngine
+from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.replicas import build_replicas
 
 _EMPTY = np.zeros(0, dtype=np.int64)

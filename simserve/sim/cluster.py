@@ -8,11 +8,14 @@ engine that owns a TP group holds all of its GPUs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import simpy
 
-from simserve.hardware.profile import HardwareProfile
 from simserve.sim.clock import at
+
+if TYPE_CHECKING:  # type-only: the core is handed these specs, it imports nothing above it
+    from simserve.hardware.profile import HardwareProfile
 
 
 class Channel:

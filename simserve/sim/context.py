@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import simpy
 
-from simserve.hardware.setup import Hardware
-from simserve.models import ModelSpec
 from simserve.sim.cluster import Cluster
 from simserve.sim.requests import RequestTable
+
+if TYPE_CHECKING:  # type-only: the core is handed these specs, it imports nothing above it
+    from simserve.hardware.setup import Hardware
+    from simserve.models import ModelSpec
 
 
 class ArrivalSource:

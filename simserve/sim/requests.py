@@ -5,10 +5,14 @@ are a few vectorised numpy operations, never a Python loop over tokens.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from simserve.sim.records import RequestRecords
-from simserve.workload.spec import Workload
+
+if TYPE_CHECKING:  # type-only: the core is handed these specs, it imports nothing above it
+    from simserve.workload.spec import Workload
 
 
 class RequestTable:

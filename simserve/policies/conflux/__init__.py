@@ -3,5 +3,5 @@
 and Moore–Hodgson TTFT-aware admission with the per-iteration scheduler (`admission`).
 
 The engine: `plan` (Alg. 1 against real KV pools), `engine` (one XP instance), `policy`
-(registration and the global router), `fit` (the estimator fitted from `cost_sp`).
+(registration and the global router), `fit` (the estimator fitted from `simserve.cost.sp`).
 """

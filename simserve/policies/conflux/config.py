@@ -36,7 +36,7 @@ class ConfluxConfig:
     tbt_ms: float = 100.0            # τ: the TBT budget every iteration is dispatched against
     # contention factors of the split attention region; None: the GPU profile's measured
     # `overheads.sp_contention` (h200-sxm: α 1.0, β 1.72 from real SP2 runs, validation/) or,
-    # without one, the paper's Fig. 14a value 1.28 (cost_sp.py)
+    # without one, the paper's Fig. 14a value 1.28 (simserve/cost/sp.py)
     alpha: float | None = None
     beta: float | None = None
     # the split attention region overlaps prefill and decode attention (max of the two paths);

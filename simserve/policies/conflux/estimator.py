@@ -55,7 +55,7 @@ class ConfluxEstimator:
     # True: Eq. 2 to the letter, max(β·T_P, α·T_D) even when one path is empty (a lone
     # prefill costs β·T_P). False (default): the factors price contention between the two
     # paths only — a lone path costs its own time, and overlap is never slower than running the
-    # paths back to back — the same form as simserve's SP cost model (cost_sp.py), so the
+    # paths back to back — the same form as simserve's SP cost model (simserve/cost/sp.py), so the
     # cost model's α, β carry over to the estimator exactly
     literal: bool = False
     # f_D from the profile: (decodes, Σ context, longest context) -> seconds per layer; None:

@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-from simserve.cost_sp import SpCostModel
+from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies.conflux.dispatch import waterfill
 from simserve.policies.conflux.estimator import ConfluxEstimator, fit_estimator, prefill_work

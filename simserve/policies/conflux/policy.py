@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simserve.cost_sp import PAPER_CONTENTION, SpCostModel
+from simserve.cost.sp import PAPER_CONTENTION, SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.conflux.config import ConfluxConfig
@@ -16,12 +16,12 @@ from simserve.policies.conflux.engine import XpInstance
 from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost
 from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
 from simserve.sim.context import SimContext
-from simserve.sim.memory import gpu_kv_budget
+from simserve.kv_budget import gpu_kv_budget
 
 
 def contention(cfg: ConfluxConfig, gpu) -> tuple[float, float]:
     """The hardware's α, β: as configured, else the GPU profile's measured
-    `overheads.sp_contention`, else the paper's Fig. 14a value (cost_sp.PAPER_CONTENTION)."""
+    `overheads.sp_contention`, else the paper's Fig. 14a value (simserve.cost.sp.PAPER_CONTENTION)."""
     measured = gpu.overheads.get("sp_contention") or {}
     return (float(cfg.alpha or measured.get("alpha", PAPER_CONTENTION)),
             float(cfg.beta or measured.get("beta", PAPER_CONTENTION)))

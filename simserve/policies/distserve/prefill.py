@@ -12,7 +12,7 @@ from simserve.errors import ConfigError
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
-from simserve.sim.memory import gpu_kv_budget
+from simserve.kv_budget import gpu_kv_budget
 
 
 def make_pool(ctx, cfg, name: str, tp: int, max_tokens: int, max_seqs: int,

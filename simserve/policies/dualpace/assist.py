@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simserve.hardware import controls
+from simserve.policies.dualpace import controls
 from simserve.models import DTYPE_BYTES
 from simserve.policies.dualpace.gpu_worker import Assist
 from simserve.sim.clock import at

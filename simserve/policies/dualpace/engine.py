@@ -5,9 +5,9 @@ stage boundaries. Controls not set in the config are derived from the profiles (
 from __future__ import annotations
 
 from simserve.cost import GpuCostModel
-from simserve.cost_cpu import CpuCostModel
+from simserve.cost.cpu import CpuCostModel
 from simserve.errors import ConfigError
-from simserve.hardware import controls
+from simserve.policies.dualpace import controls
 from simserve.policies import register
 from simserve.policies.dualpace.assist import CpuBatchExecutor, fit_thresholds
 from simserve.policies.dualpace.config import DualPaceConfig
@@ -16,7 +16,7 @@ from simserve.policies.dualpace.gpu_engine import GpuEngine
 from simserve.policies.dualpace.gpu_worker import GpuWorker
 from simserve.policies.dualpace.state import SharedState
 from simserve.sim.kv import BlockPool
-from simserve.sim.memory import GIB, gpu_kv_budget
+from simserve.kv_budget import GIB, gpu_kv_budget
 
 
 def resolve(ctx, cfg: DualPaceConfig) -> dict:

@@ -22,11 +22,11 @@ from simserve.policies import register
 from simserve.policies.replicas import start_replicas
 from simserve.sim.leap import decode_ends, steps_before
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.policies.muxwise.smshare import SmShareCost, contention
+from simserve.cost.smshare import SmShareCost, contention
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
-from simserve.sim.memory import gpu_kv_budget
+from simserve.kv_budget import gpu_kv_budget
 
 LEAP_CAP = 8192
 

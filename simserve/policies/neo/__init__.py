@@ -7,13 +7,13 @@ models and the pipeline's iteration time, `mode` the sub-batch construction and 
 from __future__ import annotations
 
 from simserve.cost import GpuCostModel
-from simserve.cost_cpu import CpuCostModel
+from simserve.cost.cpu import CpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.neo.config import NeoConfig
 from simserve.policies.neo.engine import NeoEngine
 from simserve.policies.neo.predictor import Predictor
-from simserve.sim.memory import GIB, gpu_kv_budget
+from simserve.kv_budget import GIB, gpu_kv_budget
 
 
 def _pools(ctx, cfg: NeoConfig) -> tuple[int, int, dict]:

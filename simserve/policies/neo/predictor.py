@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simserve.cost import GpuCostModel
-from simserve.cost_cpu import CpuCostModel
+from simserve.cost.cpu import CpuCostModel
 from simserve.models import DTYPE_BYTES, ModelSpec
 from simserve.sim.cluster import Channel
 

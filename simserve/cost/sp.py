@@ -1,0 +1,224 @@
+"""Cost of one Conflux Parallelism iteration on R logical ranks, each a TP group of t GPUs
+(ConfluxServe §4, §6.2, App. A, C).
+
+Per layer, two regions separated by synchronisation points (Fig. 11):
+
+    shared linear   = max_r dense_t(n_p^r + n_d^r)            every rank co-batches its prefill
+                                                              shard and its local decodes
+                                                              (dense_t includes the TP all-reduces)
+    split attention = max(β·T_P, α·T_D), at most T_P + T_D    the two paths run concurrently
+    T_D = max_r decode_attn_t(n_d^r, Σ_{i on r} c_i)          rank-local decode attention
+    T_P = a2a(max_r n_p^r · qkv bytes) + prefill_attn_{t·R}(chunks) + a2a(max_r n_p^r · out bytes)
+
+Ulysses SP turns the sequence-sharded QKV into head shards with one all-to-all, runs causal
+attention for *all* chunk tokens on nh/(t·R) query heads per GPU (the profile's TP-(t·R) head
+layout, so its prefill table is used as is), and returns outputs with a second all-to-all. The
+split region is capped at the serialised sum: overlap never makes it slower than running the
+two paths back to back. The host cost, CUDA-graph replay (piecewise graphs around the linear
+ops) and the LM head come from the base `GpuCostModel`, evaluated on the busiest rank.
+
+All-to-all time: the link profile's measured table at 2 ranks (bytes = input per rank); other
+rank counts use the profile's fitted all-to-all latency + (R−1)/R · bytes / bus bandwidth
+(nccl-tests' bus-bandwidth convention, as the measurement recorded it).
+
+Contention defaults α = β = 1.28 come from the paper's Fig. 14a, not from a profile (no mixed
+concurrent-kernel measurement exists here): at 32 decodes/GPU the overlapped attention region
+took 28.0 ms against 36.5 ms serialised, closing 58 % of the gap to the contention-free bound,
+so that bound is 36.5 − 8.5/0.58 = 21.8 ms and overlapped/ideal = 28.0/21.8 ≈ 1.28.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.cost.gpu import GpuCostModel
+from simserve.hardware.profile import HardwareProfile, link_curve
+from simserve.models import DTYPE_BYTES, ModelSpec
+
+PAPER_CONTENTION = 1.28  # α = β from Fig. 14a (see the module docstring)
+DECODE_LOOKAHEAD = 256  # decode steps of one rank priced per cost-model call
+
+
+class SpCostModel:
+    """Iteration time of R logical ranks (TP t each) running Conflux Parallelism."""
+
+    def __init__(self, model: ModelSpec, gpu: HardwareProfile, nvlink: HardwareProfile | None,
+                 ranks: int, tp: int = 1, alpha: float = PAPER_CONTENTION,
+                 beta: float = PAPER_CONTENTION, cuda_graphs: bool = True,
+                 table_tokens: int = 16384, overlap: bool = True):
+        if ranks < 1:
+            raise ValueError(f"ranks: expected a positive integer, got {ranks!r}")
+        if alpha < 1 or beta < 1:
+            raise ValueError(f"alpha, beta: contention factors must be >= 1, got {alpha}, {beta}")
+        if ranks > 1 and nvlink is None:
+            raise ValueError("sequence parallelism over ranks needs an NVLink link profile")
+        model.check_tp(tp * ranks)  # heads must split over every GPU of the SP group
+        self.model, self.R, self.tp = model, ranks, tp
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.overlap = bool(overlap)  # False: prefill and decode attention run back to back
+        self.base = GpuCostModel(model, gpu, tp, nvlink, cuda_graphs, table_tokens=table_tokens)
+        self.num_layers = model.num_layers
+        self.sp_prefill_attn = gpu.ops(model.name, tp * ranks).prefill_attn.us
+        nh, nkv = model.heads_per_rank(tp)
+        self.qkv_bytes_per_token = (nh + 2 * nkv) * model.head_dim * DTYPE_BYTES
+        self.out_bytes_per_token = nh * model.head_dim * DTYPE_BYTES
+        self._a2a = self._alltoall_fn(nvlink) if ranks > 1 else None
+        # KV bytes of one token on one GPU of a logical rank (all layers)
+        self.kv_bytes_per_token_gpu = model.kv_bytes_per_token_per_rank(tp)
+        # (rank, decodes, Σ context − decodes·longest) -> (longest, µs from that longest on)
+        self._lines: dict = {}
+        self._comm: dict = {}         # largest prefill shard (tokens) -> both all-to-alls, µs
+
+    def _alltoall_fn(self, nvlink: HardwareProfile):
+        table = link_curve(nvlink, f"alltoall_ranks{self.R}")
+        if table is not None:
+            return table
+        ln = nvlink.link
+        lat = float(ln.get("alltoall_latency_us", ln.get("collective_latency_us", 0.0)))
+        busbw = float(ln["alltoall_busbw_gbps"]) * 1e9
+        frac = (self.R - 1) / self.R
+        return lambda nbytes: lat + frac * np.asarray(nbytes, dtype=np.float64) / busbw * 1e6
+
+    # -- per-layer pieces (µs) --------------------------------------------------------------
+    def alltoall_us(self, nbytes: float) -> float:
+        """One all-to-all with `nbytes` of input on the busiest GPU (µs); 0 on one rank."""
+        if self._a2a is None or nbytes <= 0:
+            return 0.0
+        return float(self._a2a(nbytes))
+
+    def comm_us(self, max_shard_tokens: int) -> float:
+        """Both Ulysses all-to-alls of a layer, sized by the largest prefill shard."""
+        v = self._comm.get(max_shard_tokens)
+        if v is None:
+            if len(self._comm) > 1 << 16:
+                self._comm.clear()
+            v = self._comm[max_shard_tokens] = (
+                self.alltoall_us(max_shard_tokens * self.qkv_bytes_per_token)
+                + self.alltoall_us(max_shard_tokens * self.out_bytes_per_token))
+        return v
+
+    def prefill_path_us(self, max_shard_tokens: int, chunks: np.ndarray, ctxs: np.ndarray) -> float:
+        """T_P: all-to-all, head-sharded causal attention over every chunk, all-to-all."""
+        return self.comm_us(max_shard_tokens) + float(self.sp_prefill_attn(chunks, ctxs))
+
+    def decode_path_us(self, n_d, dctx, dmax=None) -> float | None:
+        """T_D: the heaviest rank's local decode attention (None: no decodes anywhere); `dmax`,
+        each rank's longest context, prices unequal contexts (GpuCostModel.decode_attn)."""
+        dmax = [None] * len(n_d) if dmax is None else dmax
+        t = [self._decode_attn(r, int(b), int(c), None if m is None else int(m))
+             for r, (b, c, m) in enumerate(zip(n_d, dctx, dmax)) if b > 0]
+        return max(t) if t else None
+
+    def _decode_attn(self, r: int, b: int, c: int, m: int | None) -> float:
+        """`GpuCostModel.decode_attn(b, c, m)` of rank r, as a Python float."""
+        if m is None:
+            return float(self.base.decode_attn(b, c, None))
+        return float(self.rank_attn(r, b, c, m, 1)[0])
+
+    def rank_attn(self, r: int, b: int, c: int, m: int, n: int) -> np.ndarray:
+        """Decode attention (µs) of rank r's b decodes over n steps from Σ context c and
+        longest m: each step adds b and 1. Steps on one such line are priced in runs of at
+        least DECODE_LOOKAHEAD and kept (the array path gives the scalar path's floats)."""
+        key = (r, b, c - b * m)
+        e = self._lines.get(key)
+        if e is not None and e[0] <= m:
+            m0, vals = e
+            i = m - m0
+            if i + n > len(vals):            # extend the line (elementwise: same floats)
+                if i > 4 * DECODE_LOOKAHEAD:  # drop what is behind
+                    m0, vals, i = m, vals[i:], 0
+                lo = m0 + len(vals)
+                j = np.arange(lo, m0 + max(i + n, 2 * len(vals)), dtype=np.int64)
+                vals = np.concatenate((vals, self._attn(b, c + b * (j - m), j)))
+                self._lines[key] = (m0, vals)
+            return vals[i:i + n]
+        if len(self._lines) > 4096:
+            self._lines.clear()
+        j = np.arange(m, m + max(n, DECODE_LOOKAHEAD), dtype=np.int64)
+        vals = self._attn(b, c + b * (j - m), j)
+        self._lines[key] = (m, vals)
+        return vals[:n]
+
+    def _attn(self, b: int, ctx_sum: np.ndarray, ctx_max: np.ndarray) -> np.ndarray:
+        return np.asarray(self.base.decode_attn(b, ctx_sum, ctx_max), dtype=np.float64)
+
+    def split_attention_us(self, t_p: float | None, t_d: float | None) -> float:
+        if t_p is None:
+            return 0.0 if t_d is None else t_d
+        if t_d is None:
+            return t_p
+        if not self.overlap:
+            return t_p + t_d
+        return min(max(self.beta * t_p, self.alpha * t_d), t_p + t_d)
+
+    # -- whole iterations (s) ----------------------------------------------------------------
+    def iteration_s(self, n_p, n_d, dctx, chunks: np.ndarray, ctxs: np.ndarray,
+                    num_sample_rows: int, dmax=None) -> float:
+        """One iteration. n_p / n_d / dctx: prefill tokens, decodes and Σ decode context
+        (tokens already in KV plus the new one) per rank; chunks / ctxs: every prefill chunk's new
+        and cached tokens (Σ chunks = Σ n_p); num_sample_rows: rows the LM head samples on the
+        busiest rank; dmax: each rank's longest decode context (optional)."""
+        if int(np.sum(n_p)) == 0:
+            dm = None if dmax is None else np.asarray(dmax)[None, :]
+            return float(self.decode_only_s(n_d, np.asarray(dctx)[None, :], dm)[0])
+        tokens = [int(p) + int(d) for p, d in zip(n_p, n_d)]
+        t_lin = max(self.base.dense_layer_us(x) for x in tokens)
+        t_p = self.prefill_path_us(int(max(n_p)), np.asarray(chunks), np.asarray(ctxs))
+        layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
+        busiest = max(tokens)
+        b = self.base
+        b._ensure(max(busiest, num_sample_rows))
+        return (self.host_us(n_d, len(chunks)) + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
+
+    def host_us(self, n_d, num_chunks: int) -> float:
+        """The iteration's host scheduling cost (the base model's), for the busiest rank's
+        sequences: its decodes plus every prefill chunk."""
+        return self.base.iter_us + self.base.per_seq_us * (int(max(n_d)) + num_chunks)
+
+    def decode_only_s(self, n_d, dctx, dmax=None):
+        """Decode-only iterations, vectorised: n_d (R,) decodes per rank, dctx (k, R) Σ context
+        per rank at each of k consecutive steps. Returns (k,) seconds. Stepping one by one and
+        leaping call this same function, so their floats are identical."""
+        n_d = np.asarray(n_d, dtype=np.int64)
+        dctx = np.asarray(dctx)
+        k = dctx.shape[0]
+        if n_d.sum() == 0:
+            return np.zeros(k)
+        busy = int(n_d.max())
+        b = self.base
+        b._ensure(busy)
+        t_lin = max(b.dense_layer_us(int(x)) for x in n_d)
+        dmax = None if dmax is None else np.asarray(dmax)
+        t_d = np.max(np.stack([np.asarray(b.decode_attn(int(n), dctx[:, r],
+                                                        None if dmax is None else dmax[:, r]),
+                                          dtype=np.float64)
+                               for r, n in enumerate(n_d) if n > 0]), axis=0)
+        layer = t_lin + t_d
+        # the launch model, LM head and in-situ factor of the busiest rank (GpuCostModel's)
+        return (self.host_us(n_d, 0) + b.forward_us(busy, layer, busy)) * 1e-6
+
+    def decode_steps_s(self, n_d, c0, m0, lo: int, n: int) -> np.ndarray:
+        """`decode_only_s` of steps lo .. lo + n − 1 after a step whose ranks hold n_d decodes
+        with Σ context c0 and longest m0 (every step adds n_d and 1): the same floats."""
+        busy = max(n_d)
+        if busy == 0:
+            return np.zeros(n)
+        b = self.base
+        b._ensure(busy)
+        t_lin = max(b.dense_layer_us(int(x)) for x in n_d)
+        t_d = np.max(np.stack([self.rank_attn(r, int(k), int(c) + int(k) * lo, int(m) + lo, n)
+                               for r, (k, c, m) in enumerate(zip(n_d, c0, m0)) if k > 0]),
+                      axis=0)
+        layer = t_lin + t_d
+        return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, layer, busy)) * 1e-6
+
+    def prefill_alone_s(self, prompt_tokens: int) -> float:
+        """One whole prompt, sharded evenly over the R ranks, no decodes (Fig. 14b style)."""
+        R = self.R
+        n_p = [prompt_tokens // R + (1 if r < prompt_tokens % R else 0) for r in range(R)]
+        return self.iteration_s(n_p, [0] * R, [0] * R, np.array([prompt_tokens]), np.array([0]), 1)
+
+    # -- KV transfer at the prefill-to-decode transition --------------------------------------
+    def shard_transfer_bytes(self, tokens: int) -> float:
+        """Bytes each source rank's GPU sends to the decode rank's matching GPU: its 1/R head
+        shard of the request's KV (all layers)."""
+        return tokens * self.kv_bytes_per_token_gpu / self.R

@@ -1,0 +1,325 @@
+"""Policy `loongserve`: elastic sequence parallelism (LoongServe, SOSP'24; policies.md §4).
+
+N = num_gpus / tp instances (each a TP group with its own KV pool). Prefill and decode run in
+separate iterations (temporal isolation):
+- decode iteration: every instance advances its resident decodes one token (multi-master,
+  lockstep: the slowest instance sets the time, `SpCostModel.decode_only_s`);
+- when no decode runs, or after `max_wait_tokens` decode iterations, a prefill batch is formed
+  from the waiting queue (FCFS with head-of-line blocking, or SRPT) under LoongServe's checks:
+  worst-case KV fit (outputs assumed `max_new_tokens_reserve` long), `batch_max_tokens`, and
+  `max_prefill_time_ms` for batches of more than one prompt;
+- the batch runs with SP = k over idle instances plus decode instances lent to it by LoongServe's
+  rule (lend when the prefill gain (T_k − T_{k+1})·Σ 1/l exceeds the decode loss
+  T_{k+1}·|b|·|b|/Σ out), k ≤ max_sp; instances not lent keep decoding meanwhile;
+- scale-down: a finished prompt's KV goes to the most-used instance that fits it (moved over
+  NVLink; the request decodes once it lands).
+Simplifications: one SP group per prefill iteration (LoongServe's DP may form several); prompt
+KV is accounted as 1/N on every instance while prefilling; a decode's KV lives on one instance.
+Prefill time uses the same Ulysses SP cost as `conflux` (`simserve/cost/sp.py`), at degree k.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.cost.sp import SpCostModel
+from simserve.errors import ConfigError
+from simserve.policies import register
+from simserve.policies.loongserve.config import LoongServeConfig
+from simserve.policies.sp_ranks import (RankView, SpRanksEngine, blocks_for, check_fits,
+                                        instance_layout, shard_blocks)
+from simserve.kv_budget import gpu_kv_budget
+
+
+class LoongEngine(SpRanksEngine):
+    """Reuses the SP ranks' KV pools, decode growth/preemption, transfers and bookkeeping;
+    replaces the iteration with LoongServe's alternation of prefill and decode."""
+
+    def __init__(self, ctx, cfg: LoongServeConfig, gpus, cost_all: SpCostModel, costs: dict,
+                 num_blocks: int):
+        super().__init__(ctx, _Shim(cfg), 0, gpus, cost_all, None, num_blocks)
+        self.lcfg, self.costs = cfg, costs
+        self.sp_degrees = sorted(k for k in costs if k <= cfg.max_sp)
+        self.num_decode_iters = 0
+        total = num_blocks * len(self.pools) * cfg.block_size
+        t = ctx.table  # max_req_len: the longest request (prompt and output)
+        longest = int((t.prompt + t.output).max()) if t.n else 0
+        self.batch_max = cfg.batch_max_tokens or max(total // 6, longest)
+
+    # -- LoongServe's iteration ---------------------------------------------------------------
+    def _iteration(self):
+        self._grow_decodes()
+        nd, dctx = self._rank_states()
+        if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
+            batch = self._placeable(self._form_batch(nd))
+            if batch:
+                self.num_decode_iters = 0
+                return self._prefill_step(batch, nd, dctx)
+        if not any(nd):
+            return None
+        self.num_decode_iters += 1
+        dt = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :],
+                                           np.asarray(self._rank_max())[None, :])[0])
+        ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
+        return dt, lambda: self._apply(ids, [], [])
+
+    def _order(self) -> list[int]:
+        t = self.ctx.table
+        if self.lcfg.scheduler == "srpt":
+            return sorted(self.pending, key=lambda r: (int(t.num_tokens[r] - t.computed[r]), r))
+        return list(self.pending)
+
+    def _worst_case_blocks(self, rid: int) -> int:
+        t = self.ctx.table
+        out = min(int(t.output[rid] - t.generated[rid]), self.lcfg.max_new_tokens_reserve)
+        return blocks_for(int(t.num_tokens[rid]) + out, self.cfg.block_size)
+
+    def _form_batch(self, nd) -> list[tuple[int, int]]:
+        """[(rid, tokens)] admitted this prefill iteration, in queue order."""
+        t, lc, bs = self.ctx.table, self.lcfg, self.cfg.block_size
+        free = sum(p.num_free for p in self.pools)
+        future = sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r]))
+                     for a in self.decodes for r in a)
+        room = free - future
+        shard_room = min(p.num_free for p in self.pools)  # every instance holds 1/N of a prompt
+        idle = not any(nd) and not self.moving
+        cap_s = self._time_cap(nd)
+        batch: list[tuple[int, int]] = []
+        tokens = 0
+        for rid in self._order():
+            m = int(t.num_tokens[rid] - t.computed[rid])
+            need = self._worst_case_blocks(rid) - int(self.shard[rid])
+            head = idle and not batch  # nothing else can free memory: the head always goes
+            if not head and (need > room or tokens + m > self.batch_max):
+                if lc.scheduler == "fcfs":
+                    break  # head-of-line blocking
+                continue
+            trial = batch + [(rid, m)]
+            k = self._sp_degree(nd, trial)
+            tp = self._prefill_s(k, trial)
+            if len(trial) > 1 and tp > lc.max_prefill_time_ms * 1e-3:
+                break
+            last = False
+            if cap_s is not None and tp > cap_s:
+                m, last = self._largest_chunk(k, batch, rid, cap_s), True
+            new = max(0, shard_blocks(int(t.computed[rid]) + m, bs, self.R) - int(self.shard[rid]))
+            if m == 0 or new > shard_room:
+                break
+            batch.append((rid, m))
+            room -= need
+            shard_room -= new
+            tokens += m
+            if last:
+                break
+        return batch
+
+    def _placeable(self, batch):
+        """The batch up to (not including) the first prompt that would finish with no instance
+        able to take its whole KV (shards of the batch counted first)."""
+        t, bs = self.ctx.table, self.cfg.block_size
+        new = [max(0, shard_blocks(int(t.computed[r]) + m, bs, self.R) - int(self.shard[r]))
+               for r, m in batch]
+        free = [p.num_free - sum(new) for p in self.pools]
+        for k, (rid, m) in enumerate(batch):
+            if int(t.computed[rid]) + m == int(t.num_tokens[rid]) and \
+                    t.generated[rid] + 1 < t.output[rid]:
+                need = blocks_for(int(t.num_tokens[rid]), bs) - int(self.shard[rid]) - new[k]
+                g = max(range(self.R), key=lambda r: free[r])
+                if free[g] < need:
+                    return batch[:k]
+                free[g] -= need
+        return batch
+
+    def _time_cap(self, nd) -> float | None:
+        """TBT-bounded mode: a prefill iteration may take τ minus one decode step."""
+        if self.lcfg.tbt_ms is None:
+            return None
+        _, dctx = self._rank_states()
+        dec = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :],
+                                            np.asarray(self._rank_max())[None, :])[0]) \
+            if any(nd) else 0.0
+        return max(0.0, self.lcfg.tbt_ms * 1e-3 - dec)
+
+    def _largest_chunk(self, k: int, batch, rid: int, cap_s: float) -> int:
+        lo, hi = 0, int(self.ctx.table.num_tokens[rid] - self.ctx.table.computed[rid])
+        while lo < hi:  # prefill time grows with the chunk
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self._prefill_s(k, batch + [(rid, mid)]) <= cap_s else (lo, mid - 1)
+        return lo
+
+    def _prefill_s(self, k: int, batch) -> float:
+        t = self.ctx.table
+        n = sum(m for _, m in batch)
+        n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
+        return self.costs[k].iteration_s(
+            n_p, [0] * k, [0] * k, np.array([m for _, m in batch], dtype=np.int64),
+            np.array([int(t.computed[r]) for r, _ in batch], dtype=np.int64), len(batch))
+
+    def _lent(self, nd, batch) -> list[int]:
+        """Instances that run the prefill: idle ones, then decode instances (fewest decodes
+        first) lent while the prefill gain beats the decode loss; at least one, at most max_sp."""
+        t = self.ctx.table
+        if self.lcfg.prefill_sp:  # pinned degree: idle instances first, then the least busy
+            return sorted(range(self.R), key=lambda r: (nd[r], r))[:self.lcfg.prefill_sp]
+        idle = [r for r in range(self.R) if nd[r] == 0]
+        busy = sorted((r for r in range(self.R) if nd[r] > 0), key=lambda r: (nd[r], r))
+        inv = sum(1.0 / max(1, m) for _, m in batch)
+        degrees = self.sp_degrees
+        k0 = max((d for d in degrees if d <= len(idle)), default=0)
+        chosen, busy = idle[:k0], idle[k0:] + busy  # leftover idle instances are lent first
+        while True:
+            k = len(chosen)
+            nxt = next((d for d in degrees if d > k), None)
+            add = busy[:nxt - k] if nxt else []
+            if nxt is None or len(add) < nxt - k:
+                break
+            if k > 0:
+                gain = (self._prefill_s(k, batch) - self._prefill_s(nxt, batch)) * inv
+                loss = self._prefill_s(nxt, batch) * sum(
+                    nd[r] * nd[r] / sum(int(t.generated[i]) + 1 for i in self.decodes[r])
+                    for r in add if nd[r] > 0)
+                if gain <= loss:
+                    break
+            chosen += add
+            busy = busy[len(add):]
+        return chosen
+
+    def _sp_degree(self, nd, batch) -> int:
+        return len(self._lent(nd, batch))
+
+    def _prefill_step(self, batch, nd, dctx):
+        t, bs, R = self.ctx.table, self.cfg.block_size, self.R
+        lent = self._lent(nd, batch)
+        k = len(lent)
+        dt = self._prefill_s(k, batch)
+        for rid, m in batch:  # prompt KV, 1/N per instance while prefilling
+            new = max(0, shard_blocks(int(t.computed[rid]) + m, bs, R) - int(self.shard[rid]))
+            for p in self.pools:
+                p.allocate(new)
+            self.shard[rid] += new
+        paused = [r for r in lent if nd[r] > 0]
+        for r in paused:  # lent instances stop decoding for this iteration
+            nd[r] = 0
+        # instances that keep decoding run back-to-back steps within the prefill's time
+        steps = self._decode_steps_within(nd, dctx, dt)
+        finishing = []
+        for rid, m in batch:
+            if int(t.computed[rid]) + m == int(t.num_tokens[rid]):
+                finishing.append(rid)
+                if t.generated[rid] + 1 < t.output[rid]:
+                    self._place(rid)
+        chunks = [_Done(rid, m) for rid, m in batch]
+        total = max(dt, steps[-1][0] if steps else 0.0)
+        start = self.clock
+        return total, lambda: self._apply_prefill(start, chunks, finishing, steps)
+
+    def _decode_steps_within(self, nd, dctx, span: float):
+        """[(end offset, ids)] of back-to-back decode steps, within `span`, on the instances that
+        keep decoding; their KV for those steps is reserved here (a step that does not fit is
+        not run)."""
+        t, bs = self.ctx.table, self.cfg.block_size
+        keep = [r for r in range(self.R) if nd[r] > 0]
+        dmax = self._rank_max()
+        if not keep:
+            return []
+        sub_nd = [nd[r] for r in keep]
+        per = [np.asarray(self.decodes[r], dtype=np.int64) for r in keep]
+        ids = np.concatenate(per)
+        left = int((t.output[ids] - t.generated[ids]).min())
+
+        def extra(a, s):  # blocks beyond those held for s steps (the first is already held)
+            return np.maximum(0, -(-(t.computed[a] + s) // bs) - t.blocks[a])
+
+        out, now, j = [], 0.0, 0
+        while now < span and j < left:
+            if j > 0 and any(int(extra(a, j + 1).sum()) > self.pools[r].num_free
+                             for r, a in zip(keep, per)):
+                break
+            d = np.asarray([dctx[r] + nd[r] * j for r in keep])[None, :]
+            m = np.asarray([dmax[r] + j for r in keep])[None, :]
+            now += float(self.cost.decode_only_s(sub_nd, d, m)[0])
+            out.append((now, ids))
+            j += 1
+        for r, a in zip(keep, per):
+            nb = extra(a, len(out))
+            self.pools[r].allocate(int(nb.sum()))
+            t.blocks[a] += nb
+        return out
+
+    def _place(self, rid: int) -> None:
+        """Scale-down: the most-used instance that can hold the whole KV plus the output reserve
+        (else the one with the most free blocks); its own 1/N shard stays in place."""
+        t = self.ctx.table
+        full = blocks_for(int(t.num_tokens[rid]), self.cfg.block_size)
+        need = max(0, full - int(self.shard[rid]))
+        reserve = blocks_for(self.lcfg.max_new_tokens_reserve, self.cfg.block_size)
+        resident = [list(a) for a in self.decodes]
+        for _, r, g in self.moving:
+            resident[g].append(r)
+        # room after the residents' worst-case growth (outputs assumed max_new_tokens_reserve)
+        future = [sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r])) for r in a)
+                  for a in resident]
+        roomy = [r for r, p in enumerate(self.pools) if p.num_free - future[r] >= need + reserve]
+        if roomy:
+            g = max(roomy, key=lambda r: (self.pools[r].num_used, -r))
+        else:
+            g = max(range(self.R), key=lambda r: (self.pools[r].num_free, -r))
+            if self.pools[g].num_free < need:
+                raise RuntimeError(f"loongserve: no instance can hold request {rid}'s KV")
+        self.pools[g].allocate(need)
+        t.blocks[rid] = need + int(self.shard[rid])
+        self.rank_of[rid] = g
+        self._start_transfer(rid, g, int(t.num_tokens[rid]))
+
+    def _apply_prefill(self, start: float, chunks, finishing, steps) -> None:
+        t = self.ctx.table
+        for end, ids in steps:  # decode steps of the instances that kept decoding
+            t.computed[ids] += 1
+            done = t.emit(ids, start + end)
+            if len(done):
+                self._finish(done)
+        fin = set(finishing)
+        self._apply(np.zeros(0, dtype=np.int64), chunks, [c for c in chunks if c.req_id in fin])
+
+
+class _Done:
+    __slots__ = ("req_id", "tokens")
+
+    def __init__(self, rid: int, m: int):
+        self.req_id, self.tokens = rid, m
+
+
+class _Shim:
+    """The fields `SpRanksEngine` reads from its config."""
+
+    def __init__(self, cfg: LoongServeConfig):
+        self.tp, self.block_size, self.leap = cfg.tp, cfg.block_size, False
+
+
+@register("loongserve", LoongServeConfig)
+def build(ctx, cfg: LoongServeConfig):
+    hw, model = ctx.hardware, ctx.model
+    N = instance_layout(hw.num_gpus, 1, cfg.tp, "loongserve")
+    degrees = [k for k in (1, 2, 4, 8, 16) if k <= min(N, cfg.max_sp)]
+    try:
+        costs = {k: SpCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp, cuda_graphs=cfg.cuda_graphs)
+                 for k in degrees}
+    except ValueError as exc:
+        raise ConfigError(f"policy loongserve: {exc}") from None
+    if cfg.prefill_sp is not None and cfg.prefill_sp not in costs:
+        raise ConfigError(f"policy loongserve: prefill_sp: {cfg.prefill_sp} is not one of the SP "
+                          f"degrees available here ({sorted(costs)})")
+    kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
+                       cfg.block_size, 8192, 1024, cuda_graphs=cfg.cuda_graphs)
+    blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+    if blocks < 1:
+        raise ConfigError(f"policy loongserve: tp: no memory left for KV at TP{cfg.tp}")
+    check_fits(ctx, blocks, cfg.block_size, "loongserve", kv.kv_bytes / 2**30)
+    cost_all = costs.get(N) or SpCostModel(model, hw.gpu, hw.nvlink, N, cfg.tp,
+                                           cuda_graphs=cfg.cuda_graphs)
+    eng = LoongEngine(ctx, cfg, list(range(hw.num_gpus)), cost_all, costs, blocks)
+    ctx.env.process(eng.run())
+    ctx.stats["engines"] = [dict(kv.summary(), num_gpu_blocks=blocks, instance=r)
+                            for r in range(N)]
+    ctx.stats["_engines"] = [RankView(p) for p in eng.pools]
+    ctx.stats["loongserve"] = eng.counters
+    return eng.enqueue

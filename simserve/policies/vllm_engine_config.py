@@ -1,0 +1,63 @@
+"""Parameters of the chunked-prefill engines (`vllm`, `sarathi`) and vLLM's version defaults."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# vLLM defaults by version (../shared/notes/hardware-and-models.md §5; vllm/engine/arg_utils.py):
+# API-server token budget 8192 / 1024 seqs on >= 70 GiB GPUs that are not A100, else 2048 / 256;
+# gpu_memory_utilization 0.90 up to v0.20, 0.92 from v0.21, when CUDA-graph memory is counted too.
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in str(v).lstrip("v").split(".")[:3])
+    except ValueError:
+        raise ValueError(f"vllm_version: expected a version like '0.22.1', got {v!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedConfig:
+    """Parameters of `vllm` and `sarathi`. None means "the default of `vllm_version` on this
+    GPU" (resolved in `resolve`). DualPace's baseline is vLLM 0.22.1, ConfluxServe's 0.15.1."""
+
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int = 16
+    tp: int = 1
+    cuda_graphs: bool = True
+    # iterations of at most this many tokens replay a CUDA graph; None = the GPU profile's
+    # `graph_max_tokens` (vLLM's default capture sizes end at 512). The validation replay
+    # sets it to cover every batch, as its executor graphs every iteration.
+    graph_max_tokens: int | None = None
+    mixed_attention: str = "split"  # or "varlen": one FA2 varlen call over prefill + decodes
+    vllm_version: str = "0.22.1"
+    activation_reserve_gib: float | None = None
+    num_gpu_blocks_override: int | None = None
+    leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
+
+    def validate(self) -> None:
+        _version_tuple(self.vllm_version)
+        for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override",
+                     "graph_max_tokens"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        for name in ("block_size", "tp"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        u = self.gpu_memory_utilization
+        if u is not None and not (0 < u <= 1):
+            raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
+
+    def resolve(self, gpu_memory_gib: float, gpu_name: str) -> dict:
+        big = gpu_memory_gib >= 70 and "a100" not in gpu_name
+        ver = _version_tuple(self.vllm_version)
+        return {
+            "max_num_batched_tokens": self.max_num_batched_tokens or (8192 if big else 2048),
+            "max_num_seqs": self.max_num_seqs or (1024 if big else 256),
+            "gpu_memory_utilization": self.gpu_memory_utilization
+            or (0.92 if ver >= (0, 21) else 0.90),
+            "graphs_counted": ver >= (0, 21),
+        }

@@ -1,0 +1,40 @@
+"""`simserve run FILE [--set key=value ...] [--out DIR]`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simserve.runner.config import load_experiment
+from simserve.runner.point import (check_out_dir, format_table, run_experiment_config,
+                                   summary_records)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = load_experiment(args.file, args.set or [])
+    out = Path(args.out) if args.out else Path("results") / cfg.name
+    check_out_dir(out)
+    results = run_experiment_config(cfg, out=None if args.no_save else out,
+                                     progress=not args.quiet)
+    recs = summary_records(results)
+    print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
+          f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
+          f"{cfg.workload.arrival} arrivals); times in seconds")
+    print(format_table(recs))
+    capped = max(r["num_capped"] for r in recs)
+    if capped:
+        print(f"note: {capped} request(s) per point were capped at the model's max context")
+    if not args.no_save:
+        print(f"\nresults: {out}/ (summary.json, summary.csv, requests.csv, config.yaml)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run an experiment YAML and print its metrics table")
+    p.add_argument("file", help="experiment YAML (e.g. experiments/quickstart.yaml)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set workload.rates=[2,4] "
+                        "--set policies.0.max_num_batched_tokens=4096")
+    p.add_argument("--out", help="results folder (default results/NAME)")
+    p.add_argument("--no-save", action="store_true", help="print the table only")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_run)

@@ -1,0 +1,236 @@
+"""Experiment YAML → frozen dataclasses, strictly: unknown keys are errors with a "did you
+mean", and every error names the file, the line and the field.
+
+    name: quickstart
+    model: llama-3.1-8b
+    hardware: {gpu: h100-sxm, num_gpus: 1}
+    workload: {trace: synthetic-conversation, num_requests: 2000, arrival: poisson,
+               rates: [1, 2, 3, 4, 5], seed: 0}
+    policies:
+      - {name: vllm, max_num_batched_tokens: 2048}
+    slo: {ttft_ms: 5000, tbt_ms: 1500}
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from simserve.errors import ConfigError, did_you_mean
+from simserve.runner.yamlio import Located, line_of, load_located
+from simserve.hardware.setup import HardwareConfig
+from simserve.metrics import SLO
+from simserve.models import get_model
+from simserve.policies import get_policy, make_config
+
+ARRIVALS = ("poisson", "gamma", "scale", "trace")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    trace: str = "synthetic-conversation"
+    num_requests: int | None = 2000
+    arrival: str = "poisson"
+    rates: tuple[float, ...] = (1.0,)
+    seeds: tuple[int, ...] = (0,)
+    burstiness_cv: float = 1.0
+    start: int = 0
+    max_context: int | None = None  # default: the model's max context
+
+    def validate(self) -> None:
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"arrival: expected one of {', '.join(ARRIVALS)}, got "
+                             f"{self.arrival!r}{did_you_mean(self.arrival, ARRIVALS)}")
+        if not self.rates:
+            raise ValueError("rates: give at least one request rate")
+        for r in self.rates:
+            if not isinstance(r, (int, float)) or isinstance(r, bool) or not r > 0:
+                raise ValueError(f"rates: request rates must be positive numbers, got {r!r}")
+        for s in self.seeds:
+            if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+                raise ValueError(f"seed: expected a non-negative integer, got {s!r}")
+        if self.num_requests is not None and (not isinstance(self.num_requests, int)
+                                              or self.num_requests < 1):
+            raise ValueError(f"num_requests: expected a positive integer, got {self.num_requests!r}")
+        if not self.burstiness_cv > 0:
+            raise ValueError(f"burstiness_cv: expected a positive number, got {self.burstiness_cv!r}")
+        if not isinstance(self.start, int) or self.start < 0:
+            raise ValueError(f"start: expected a non-negative integer, got {self.start!r}")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    label: str
+    config: object  # the policy's own frozen config dataclass
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str
+    model: str
+    hardware: HardwareConfig
+    workload: WorkloadConfig
+    policies: tuple[PolicySpec, ...]
+    slo: SLO | None = None
+    source: str = "<dict>"
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def resolved(self) -> dict:
+        """Plain-data form with every default filled in (what gets hashed and saved)."""
+        return {
+            "name": self.name, "model": self.model,
+            "hardware": dataclasses.asdict(self.hardware),
+            "workload": {k: list(v) if isinstance(v, tuple) else v
+                         for k, v in dataclasses.asdict(self.workload).items()},
+            "policies": [{"name": p.name, "label": p.label, **dataclasses.asdict(p.config)}
+                         for p in self.policies],
+            "slo": dataclasses.asdict(self.slo) if self.slo else None,
+        }
+
+    def hash(self) -> str:
+        """sha256[:16] of the resolved config and of the hardware profile files it uses (a
+        refitted profile makes new points; cached results are keyed by this)."""
+        from simserve.hardware.setup import profiles_digest
+        blob = json.dumps({"config": self.resolved(), "profiles": profiles_digest(self.hardware)},
+                          sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+TOP_KEYS = ("name", "model", "hardware", "workload", "policies", "slo")
+
+
+def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
+    data = load_located(path)
+    for ov in overrides:
+        apply_override(data, ov, str(path))
+    return parse_experiment(data, str(path))
+
+
+def apply_override(data: dict, item: str, src: str) -> None:
+    """`--set a.b.c=value` (value parsed as YAML; list items by index, e.g. policies.0.x)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. workload.rates=[1,2]")
+    key, val = item.split("=", 1)
+    try:
+        value = yaml.safe_load(val)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: cannot parse value {val!r}: {exc}") from None
+    parts = key.strip().split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"--set {key}: {'.'.join(parts[:i])} has no item {part!r}")
+            node = node[int(part)]
+        else:
+            if part not in node:
+                node[part] = Located()
+            node = node[part]
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ConfigError(f"--set {key}: no list item {last!r}")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _where(src: str, obj, key=None, path: str = "") -> str:
+    ln = line_of(obj, key)
+    return f"{src}:{ln}: {path}" if ln else f"{src}: {path}"
+
+
+def _check_keys(obj, allowed, src: str, path: str) -> None:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{_where(src, obj, path=path)}: expected a mapping, got {obj!r}")
+    for k in obj:
+        if k not in allowed:
+            raise ConfigError(f"{_where(src, obj, k, f'{path}.{k}' if path else str(k))}: unknown "
+                              f"key{did_you_mean(k, allowed)}; allowed: {', '.join(allowed)}")
+
+
+def _dataclass_from(cls, obj, src: str, path: str, rename: dict | None = None):
+    names = [f.name for f in dataclasses.fields(cls)]
+    allowed = names + list(rename or {})
+    _check_keys(obj, allowed, src, path)
+    kw = {}
+    for k, v in obj.items():
+        kw[(rename or {}).get(k, k)] = v
+    try:
+        cfg = cls(**kw)
+        if hasattr(cfg, "validate"):
+            cfg.validate()
+    except (TypeError, ValueError) as exc:
+        msg = str(exc)
+        field_ = msg.split(":", 1)[0] if ":" in msg else None
+        raise ConfigError(f"{_where(src, obj, field_, path)}: {msg}") from None
+    return cfg
+
+
+def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
+    _check_keys(data, TOP_KEYS, src, "")
+    for k in ("model", "workload", "policies"):
+        if k not in data:
+            raise ConfigError(f"{src}: missing required key {k!r}")
+    try:
+        model = get_model(str(data["model"])).name
+    except ValueError as exc:
+        raise ConfigError(f"{_where(src, data, 'model', 'model')}: {exc}") from None
+    hw = _dataclass_from(HardwareConfig, data.get("hardware") or {}, src, "hardware")
+    w = dict(data["workload"]) if isinstance(data["workload"], dict) else data["workload"]
+    wl_obj = data["workload"]
+    if isinstance(w, dict):
+        for one, many in (("rate", "rates"), ("seed", "seeds")):
+            if one in w and many in w:
+                raise ConfigError(f"{_where(src, wl_obj, one, 'workload.' + one)}: give {one} or "
+                                  f"{many}, not both")
+            if one in w:
+                w[many] = w.pop(one)
+            if many in w:
+                v = w[many]
+                w[many] = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    wl = _dataclass_from(WorkloadConfig, _relocate(w, wl_obj), src, "workload",
+                         rename=None)
+    pols = data["policies"]
+    if not isinstance(pols, list) or not pols:
+        raise ConfigError(f"{_where(src, data, 'policies', 'policies')}: expected a non-empty list")
+    specs, labels = [], set()
+    for i, p in enumerate(pols):
+        path = f"policies[{i}]"
+        if not isinstance(p, dict) or "name" not in p:
+            raise ConfigError(f"{_where(src, p if isinstance(p, dict) else pols, path=path)}: "
+                              "each policy needs a 'name'")
+        params = {k: v for k, v in p.items() if k not in ("name", "label")}
+        try:
+            get_policy(p["name"])
+            cfg = make_config(p["name"], params, path)
+        except ConfigError as exc:
+            bad = str(exc).split(":", 1)[0].split(".")[-1]
+            raise ConfigError(f"{_where(src, p, bad if bad in p else 'name', '')}{exc}") from None
+        label = str(p.get("label", p["name"]))
+        if label in labels:
+            raise ConfigError(f"{_where(src, p, 'name', path)}: two policies share the label "
+                              f"{label!r}; give each a distinct 'label'")
+        labels.add(label)
+        specs.append(PolicySpec(p["name"], label, cfg))
+    slo = None
+    if data.get("slo") is not None:
+        slo = _dataclass_from(SLO, data["slo"], src, "slo")
+    return ExperimentConfig(name=str(data.get("name") or Path(src).stem), model=model, hardware=hw,
+                            workload=wl, policies=tuple(specs), slo=slo, source=src, raw=data)
+
+
+def _relocate(new: dict, old) -> Located:
+    out = Located(new)
+    out.line = getattr(old, "line", 0)
+    lines = dict(getattr(old, "key_lines", {}))
+    for one, many in (("rate", "rates"), ("seed", "seeds")):
+        if one in lines:
+            lines[many] = lines[one]
+    out.key_lines = lines
+    return out

@@ -1,0 +1,158 @@
+"""Running an experiment: every point (policy × seed × rate), its metrics, and the results
+folder, written atomically (a temporary sibling folder renamed into place at the end)."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from simserve.errors import ConfigError, SimserveError
+from simserve.runner.config import ExperimentConfig, PolicySpec
+from simserve.runner.storage import atomic_folder, write_config, write_records
+from simserve.hardware.setup import resolve_hardware
+from simserve.metrics import request_frame, summarize
+from simserve.models import get_model
+from simserve.run import SimResult, simulate_point
+from simserve.workload.build import build_workload
+from simserve.workload.spec import Workload
+
+
+@dataclass(frozen=True)
+class Point:
+    policy: PolicySpec
+    rate: float
+    seed: int
+
+
+@dataclass
+class PointResult:
+    point: Point
+    summary: dict           # metrics (vllm bench names) + identifying keys
+    requests: pd.DataFrame  # one row per request
+    stats: dict             # simulator statistics (wall time, iterations, KV sizes)
+    timeseries: pd.DataFrame | None = None  # per scheduling event: running, waiting, KV, tokens
+
+    def summary_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([self.summary])
+
+
+def points(cfg: ExperimentConfig) -> list[Point]:
+    return [Point(p, float(r), int(s)) for p in cfg.policies for s in cfg.workload.seeds
+            for r in cfg.workload.rates]
+
+
+def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
+    w = cfg.workload
+    model = get_model(cfg.model)
+    return build_workload(w.trace, num_requests=w.num_requests, arrival=w.arrival, rate=rate,
+                          seed=seed, burstiness_cv=w.burstiness_cv,
+                          max_context=w.max_context or model.max_context, start=w.start)
+
+
+def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
+              workload: Workload | None = None) -> PointResult:
+    hardware = hardware or resolve_hardware(cfg.hardware)
+    wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
+    res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
+                                    seed=pt.seed)
+    summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
+               "num_requests": wl.num_requests, "num_capped": int(wl.num_capped)}
+    summary.update(summarize(res.records, cfg.slo))
+    frame = request_frame(res.records, cfg.slo)
+    frame.insert(0, "seed", pt.seed)
+    frame.insert(0, "request_rate", pt.rate)
+    frame.insert(0, "policy", pt.policy.label)
+    return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Everything that can fail before a run: hardware names, the trace, the first workload."""
+    resolve_hardware(cfg.hardware)
+    make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
+
+
+def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
+                          progress: bool = True) -> list[PointResult]:
+    validate(cfg)
+    hardware = resolve_hardware(cfg.hardware)
+    pts = points(cfg)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(pts), desc=cfg.name, unit="point", file=sys.stderr, leave=False)
+    results = []
+    try:
+        for pt in pts:
+            if bar:
+                bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
+            results.append(run_point(cfg, pt, hardware))
+            if bar:
+                bar.update()
+    finally:
+        if bar:
+            bar.close()
+    if out is not None:
+        write_results(cfg, results, Path(out))
+    return results
+
+
+def summary_records(results: list[PointResult]) -> list[dict]:
+    return [r.summary for r in results]
+
+
+def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) -> Path:
+    """Write summary.json, summary.csv, requests.csv, config.yaml (resolved) with its hash,
+    into a temporary sibling folder renamed to `out` only when everything is written."""
+    out = out.resolve()
+    with atomic_folder(out) as tmp:
+        recs = summary_records(results)
+        write_records(tmp / "summary.json", recs)
+        pd.DataFrame(recs).to_csv(tmp / "summary.csv", index=False)
+        pd.concat([r.requests for r in results], ignore_index=True).to_csv(
+            tmp / "requests.csv", index=False, float_format="%.9g")
+        write_config(tmp / "config.yaml", cfg.resolved(),
+                     f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
+                     f"profiles = {cfg.hash()}")
+        (tmp / "config.sha256").write_text(cfg.hash() + "\n")
+    return out
+
+
+TABLE_COLUMNS = [
+    ("policy", "policy", None), ("request_rate", "rate", "{:g}"),
+    ("mean_ttft_ms", "TTFT mean s", "s"), ("p99_ttft_ms", "TTFT p99 s", "s"),
+    ("p99_itl_ms", "ITL p99 s", "s"), ("mean_tpot_ms", "TPOT mean s", "s"),
+    ("p99_tpot_ms", "TPOT p99 s", "s"), ("mean_normalized_latency_s", "norm lat s/tok", "{:.3f}"),
+    ("output_throughput", "out tok/s", "{:.0f}"), ("slo_attainment", "SLO att.", "{:.1%}"),
+]
+
+
+def format_table(recs: list[dict]) -> str:
+    cols = [c for c in TABLE_COLUMNS if any(c[0] in r for r in recs)]
+    rows = [[h for _, h, _ in cols]]
+    for r in recs:
+        row = []
+        for key, _, fmt in cols:
+            v = r.get(key)
+            if v is None:
+                row.append("-")
+            elif fmt == "s":
+                row.append(f"{v / 1000:.3f}")
+            elif fmt:
+                row.append(fmt.format(v))
+            else:
+                row.append(str(v))
+        rows.append(row)
+    widths = [max(len(x[i]) for x in rows) for i in range(len(cols))]
+    lines = ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def check_out_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder")
+    if out.exists() and any(out.iterdir()) and not (out / "summary.json").exists():
+        raise SimserveError(f"--out {out}: folder exists with other content; "
+                            "refusing to replace it")

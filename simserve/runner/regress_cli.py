@@ -1,0 +1,28 @@
+"""`simserve regress DIR [--update] [--verbose]`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simserve.errors import SimserveError
+
+
+def _regress(args: argparse.Namespace) -> int:
+    from simserve.runner.regress import regress
+    folder = Path(args.dir)
+    if not folder.is_dir():
+        raise SimserveError(f"{folder}: no such folder")
+    report, ok = regress(folder, update=args.update, verbose=args.verbose)
+    print(report)
+    if not ok:
+        print("regression check FAILED: outputs moved beyond tolerance (see CHANGED rows); "
+              "if the change is intended, rerun with --update")
+    return 0 if ok else 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser("regress", help="compare small experiments with stored baselines")
+    p.add_argument("dir", help="folder of experiments with regress.yaml and baselines/")
+    p.add_argument("--update", action="store_true", help="rewrite the baselines")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every comparison")
+    p.set_defaults(handler=_regress)
