@@ -1,0 +1,147 @@
+"""The published-measurements file is complete and cited, and its reproduction script runs.
+
+`validation/published/measurements.yaml` holds vLLM serving numbers from public sources;
+`benchmarks/published_vllm.py` simulates each row. Here: every row names its source, engine
+version, model, GPU, TP, workload and metrics; the fitted values match their fits; and the
+script runs rows end to end on a few requests (open loop, closed loop, ShareGPT stand-in).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "validation" / "published" / "measurements.yaml"
+SCRIPT = ROOT / "benchmarks" / "published_vllm.py"
+
+METRICS = {f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl", "e2el")}
+METRICS |= {"request_throughput", "output_throughput", "total_token_throughput", "duration"}
+ROW_KEYS = ("id", "source", "vllm_version", "engine", "model", "gpu", "tp", "workload",
+            "published", "published_as", "simserve", "mismatches")
+WORKLOAD_KEYS = ("dataset", "input_len", "output_len", "arrival", "request_rate", "num_prompts",
+                 "concurrency")
+KINDS = {"fixed", "uniform", "sharegpt-approx"}
+
+
+@pytest.fixture(scope="module")
+def data():
+    with open(DATA) as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("published_vllm", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sources_are_cited(data):
+    for key, s in data["sources"].items():
+        assert s.get("title") and s.get("date"), key
+        assert s.get("url") or (s.get("repository") and s.get("path")), key
+        assert s.get("where"), f"{key}: say where in the source the numbers are"
+
+
+def test_rows_fully_specified(data):
+    rows = data["measurements"]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids))
+    assert len(rows) >= 6 and len({r["source"] for r in rows}) >= 3
+    for r in rows:
+        for k in ROW_KEYS:
+            assert r.get(k) not in (None, "", [], {}), f"{r.get('id')}: {k} missing"
+        assert r["source"] in data["sources"], r["id"]
+        assert isinstance(r["tp"], int) and r["tp"] >= 1, r["id"]
+        w = r["workload"]
+        for k in WORKLOAD_KEYS:
+            assert k in w, f"{r['id']}: workload.{k} missing"
+        for k in ("dataset", "input_len", "output_len", "arrival", "num_prompts"):
+            assert w[k] not in (None, ""), f"{r['id']}: workload.{k} empty"
+        # a prompt count that is not a number must say why
+        n = w["num_prompts"]
+        assert (isinstance(n, int) and n > 0) or (isinstance(n, str) and "not stated (" in n), r["id"]
+        rate = w["request_rate"]
+        assert rate == "inf" or (isinstance(rate, (int, float)) and rate > 0), r["id"]
+        assert w["concurrency"] is None or (isinstance(w["concurrency"], int) and w["concurrency"] >= 1)
+        for metric, value in r["published"].items():
+            assert metric in METRICS, f"{r['id']}: unknown metric {metric}"
+            assert isinstance(value, (int, float)) and value > 0, f"{r['id']}: {metric}"
+        s = r["simserve"]
+        assert (ROOT / "hwprofiles" / f"{s['gpu']}.yaml").exists(), r["id"]
+        assert s["workload"]["kind"] in KINDS, r["id"]
+        assert int(s["workload"]["num_requests"]) >= 1
+        # the simulated arrival process is the published one
+        assert s["workload"].get("concurrency") == w["concurrency"], r["id"]
+        if w["concurrency"] is None:
+            assert float(s["workload"]["request_rate"]) == float(rate), r["id"]
+        if isinstance(n, int):
+            assert s["workload"]["num_requests"] == n, r["id"]
+        assert int(s["policy"].get("tp", 1)) == r["tp"] == int(s.get("num_gpus", 1)), r["id"]
+
+
+def test_fitted_values_match_their_fit(data):
+    fitted = [r for r in data["measurements"] if "fit" in r]
+    assert fitted
+    for r in fitted:
+        f, L = r["fit"], r["workload"]["input_len"]
+        value = f["intercept_ms"] + f["slope_ms_per_token"] * L
+        for v in r["published"].values():
+            assert abs(v - value) <= 0.005 + 1e-12, r["id"]
+
+
+def test_published_numbers_agree_with_their_workload(data):
+    """Throughput x duration gives back the published token counts (a mistyped number fails)."""
+    rows = {r["id"]: r for r in data["measurements"]}
+    r = rows["fp8kv-c8-20k"]
+    tokens = r["published"]["output_throughput"] * r["published"]["duration"]
+    assert abs(tokens / (r["workload"]["num_prompts"] * r["workload"]["output_len"]) - 1) < 0.05
+    r = rows["sglang060-70b-offline"]
+    per_request = r["published"]["output_throughput"] / r["published"]["request_throughput"]
+    assert abs(per_request - r["simserve"]["workload"]["output_mean"]) < 0.5
+    r = rows["issue17788-qwen3-32b"]
+    per_request = r["published"]["output_throughput"] / r["published"]["request_throughput"]
+    assert abs(per_request / r["simserve"]["workload"]["output_mean"] - 1) < 0.01
+
+
+def test_script_runs_rows_end_to_end(data, script, capsys):
+    assert script.main(["--ids", "fp8kv-c1-in1k", "sglang060-70b-rate4",
+                        "--max-requests", "40"]) == 0
+    out = capsys.readouterr().out
+    for line in (l for l in out.splitlines() if l.startswith(("fp8kv-c1-in1k ", "sglang060"))):
+        err = float(line.split()[-1])
+        assert math.isfinite(err)
+    assert "median_tpot_ms" in out and "mean_itl_ms" in out
+
+
+def test_closed_loop_keeps_the_concurrency(data, script):
+    row = next(r for r in data["measurements"] if r["id"] == "fp8kv-c8-20k")
+    row = {**row, "workload": {**row["workload"], "input_len": 2000, "output_len": 64}}
+    out = script.run_row(row, cap=20)
+    fr = out["requests"]
+    a, f = fr["arrival_s"].to_numpy(), fr["finish_s"].to_numpy()
+    assert np.all(np.isfinite(f)) and out["residual_s"] < 1e-9
+    assert np.all(np.diff(a) >= 0) and np.count_nonzero(a == 0) == 8
+    # in flight just after each send: never above 8, and exactly 8 while requests remain unsent
+    for t in a[8:]:
+        in_flight = np.count_nonzero((a <= t + 1e-9) & (f > t + 1e-9))  # ties up to rounding
+        assert in_flight <= 8
+        if t < a[-1]:
+            assert in_flight == 8
+    # each later request is sent exactly when some earlier one finished
+    assert all(np.isclose(f[:i], t, rtol=0, atol=1e-9).any() for i, t in enumerate(a) if i >= 8)
+
+
+def test_sharegpt_stand_in_respects_the_filter(data, script):
+    row = next(r for r in data["measurements"] if r["id"] == "issue17788-qwen3-32b")
+    p, o = script.lengths(row, 2000)
+    sim = row["simserve"]["workload"]
+    assert p.max() <= sim["max_prompt"] and (p + o).max() <= sim["max_total"] and o.min() >= 1
+    assert abs(p.mean() / sim["prompt_mean"] - 1) < 0.15
+    assert abs(o.mean() / sim["output_mean"] - 1) < 0.15
