@@ -73,7 +73,7 @@ class GpuCostModel:
     def __init__(self, model: ModelSpec, gpu: HardwareProfile, tp: int = 1,
                  nvlink: HardwareProfile | None = None, cuda_graphs: bool = True,
                  table_tokens: int = 16384, mixed_attention: str = "split",
-                 graph_max_tokens: int | None = None):
+                 graph_max_tokens: int | None = None, host=None):
         model.check_tp(tp)
         if tp > 1 and nvlink is None:
             raise ValueError("TP > 1 needs an NVLink (or other GPU-GPU) link profile")
@@ -81,8 +81,15 @@ class GpuCostModel:
         self.num_layers = model.num_layers
         self.ops = gpu.ops(model.name, tp)
         oh = gpu.overheads
-        self.iter_us = float(oh.get("iteration_us", 0.0))
-        self.per_seq_us = float(oh.get("per_seq_us", 0.0))
+        # the host path: a measured engine's (`cost/host.py`), or the profile's generic
+        # per-iteration overheads added to the forward when no engine is given
+        self.host = host
+        self.overlap = bool(host is not None and host.async_scheduling)
+        if host is not None:
+            self.iter_us, self.per_seq_us = host.step_us, host.step_per_seq_us
+        else:
+            self.iter_us = float(oh.get("iteration_us", 0.0))
+            self.per_seq_us = float(oh.get("per_seq_us", 0.0))
         self.launch_layer_us = float(oh.get("launch_us_per_kernel", 0.0)) * float(
             oh.get("kernels_per_layer", 0))
         self.graph_us = float(oh.get("graph_replay_us", 0.0))
@@ -135,7 +142,10 @@ class GpuCostModel:
         lm[0] = 0.0
         self._dense = dense.tolist()     # per layer, µs, indexed by tokens (incl. all-reduces)
         self._lm = lm.tolist()           # µs, indexed by sampled rows
-        self._situ = in_situ_factor(self.gpu.overheads.get("in_situ"), t).tolist()
+        situ = in_situ_factor(self.gpu.overheads.get("in_situ"), t)
+        if self.host is not None and self.host.gpu_tokens:  # the engine's own kernels
+            situ = situ * self.host.gpu_factor_at(t)
+        self._situ = situ.tolist()
         self._n = n
 
     def _ensure(self, tokens: int) -> None:
@@ -168,10 +178,14 @@ class GpuCostModel:
         return (self.layers_us(tokens, gpu_layer_us) + self._lm[sample_rows]) * self._situ[tokens]
 
     def step_s(self, b: BatchShape) -> float:
-        """Duration of one iteration in seconds."""
+        """Duration of one iteration in seconds: its host work and its forward combined."""
+        base = self.iter_us + self.per_seq_us * (b.num_prefills + b.num_decodes)
+        return float(self._combine(base, self._forward_step_us(b))) * 1e-6
+
+    def _forward_step_us(self, b: BatchShape):
         cmax = int(b.decode_ctx.max()) if b.decode_ctx is not None and len(b.decode_ctx) else None
         if b.num_prefills == 0:
-            return self.decode_only_s(b.num_decodes, b.decode_ctx_sum, cmax)
+            return self._decode_forward_us(b.num_decodes, b.decode_ctx_sum, cmax)
         self._ensure(max(b.num_tokens, b.num_sample_rows))
         layer = self._dense[b.num_tokens] + self.prefill_attn(b.prefill_chunks, b.prefill_ctx)
         if b.num_decodes:
@@ -179,8 +193,7 @@ class GpuCostModel:
                 layer += self.decode_attn(b.num_decodes, b.decode_ctx_sum, cmax)
             else:                    # one variable-length call over prefill chunks and decodes
                 layer += self.varlen[0] + self.varlen[1] * b.decode_ctx_sum
-        base = self.iter_us + self.per_seq_us * (b.num_prefills + b.num_decodes)
-        return float(base + self.forward_us(b.num_tokens, layer, b.num_sample_rows)) * 1e-6
+        return self.forward_us(b.num_tokens, layer, b.num_sample_rows)
 
     def decode_only_s(self, num_decodes: int, ctx_sum, ctx_max=None):
         """Decode-only iteration(s): scalar or array of context sums (and of longest contexts,
@@ -188,10 +201,23 @@ class GpuCostModel:
         B = num_decodes
         if B == 0:
             return 0.0 * ctx_sum
-        self._ensure(B)
         base = self.iter_us + self.per_seq_us * B
+        return self._combine(base, self._decode_forward_us(B, ctx_sum, ctx_max)) * 1e-6
+
+    def _decode_forward_us(self, B: int, ctx_sum, ctx_max=None):
+        if B == 0:
+            return 0.0 * ctx_sum
+        self._ensure(B)
         layer = self._dense[B] + self.decode_attn(B, ctx_sum, ctx_max)
-        return (base + self.forward_us(B, layer, B)) * 1e-6
+        return self.forward_us(B, layer, B)
+
+    def _combine(self, host_us, forward_us):
+        """One step from its host work and its forward (µs; arrays allowed): overlapped under
+        asynchronous scheduling (the host prepares the next step while the GPU runs this
+        one), added otherwise."""
+        if self.overlap:
+            return np.maximum(host_us, forward_us)
+        return host_us + forward_us
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads
@@ -199,8 +225,8 @@ class GpuCostModel:
         return (self.iter_us + self.per_seq_us * num_seqs) * 1e-6
 
     def forward_s(self, b: BatchShape) -> float:
-        """The forward pass alone (what a real executor times): `step_s` less `scheduler_s`."""
-        return self.step_s(b) - self.scheduler_s(b.num_prefills + b.num_decodes)
+        """The forward pass alone (what a real executor times), without host work."""
+        return float(self._forward_step_us(b)) * 1e-6
 
     def prefill_only_s(self, prompt_tokens: int) -> float:
         """One whole prompt alone in a batch (it samples its first token)."""

@@ -22,6 +22,7 @@ from collections import deque
 import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
+from simserve.cost.host import engine_host
 from simserve.errors import ConfigError
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.sim.context import SimContext
@@ -55,14 +56,18 @@ class ChunkedEngine:
         self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
         try:
+            host = engine_host(hw.gpu, cfg.engine, cfg.vllm_version)
             self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
                                      table_tokens=max(self.budget, self.max_seqs),
                                      mixed_attention=cfg.mixed_attention,
-                                     graph_max_tokens=cfg.graph_max_tokens)
+                                     graph_max_tokens=cfg.graph_max_tokens, host=host)
         except ValueError as exc:
             raise ConfigError(f"policy {self.kind}: {exc}") from None
         if ctx.gpu_cost_hook is not None:  # e.g. the validation replay's real executor
             self.cost = ctx.gpu_cost_hook(self.cost)
+        # the API-server front end (admission and token delivery contend for one CPU)
+        self.frontend = host.make_frontend() if host is not None else None
+        self._admitting: deque[float] = deque()  # admission completions not yet reached
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.clock = 0.0
@@ -74,9 +79,33 @@ class ChunkedEngine:
         return len(self.running) + len(self.waiting)
 
     def enqueue(self, rid: int) -> None:
+        if self.frontend is not None:
+            env = self.ctx.env
+            done = self.frontend.admit(env.now, int(self.ctx.table.prompt[rid]))
+            if done > env.now:
+                self._admitting.append(done)
+                env.process(self._admit_at(rid, done))
+                return
+        self._arrive(rid)
+
+    def _admit_at(self, rid: int, t: float):
+        yield self.ctx.env.timeout(t - self.ctx.env.now)
+        self._admitting.popleft()  # FIFO front end: completions come in order
+        self._arrive(rid)
+
+    def _arrive(self, rid: int) -> None:
         self.waiting.append(rid)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
+
+    def _next_arrival_s(self) -> float:
+        """The next time a request can reach this engine (bounds event leaps)."""
+        nxt = self.ctx.source.next_arrival_s
+        return min(nxt, self._admitting[0]) if self._admitting else nxt
+
+    def _delivered(self, t: float, n: int) -> float:
+        """When the client receives the `n` tokens this engine sampled at `t`."""
+        return self.frontend.deliver(t, n) if self.frontend is not None else t
 
     # -- KV helpers -----------------------------------------------------------------------
     def _blocks_needed(self, rid: int, tokens: int) -> int:
@@ -144,7 +173,8 @@ class ChunkedEngine:
     def _apply(self, ids: np.ndarray, n: np.ndarray, sample: np.ndarray) -> None:
         t = self.ctx.table
         t.computed[ids] += n
-        done = t.emit(ids[sample], self.clock)
+        out = ids[sample]
+        done = t.emit(out, self._delivered(self.clock, len(out)))
         if len(done):
             self._finish(done)
         self._sample()
@@ -190,15 +220,18 @@ class ChunkedEngine:
         if kmax < 2:
             return 0
         ends = decode_ends(self.cost, self.clock, c, kmax)
-        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
+        k = steps_before(ends, kmax, self._next_arrival_s())
         if k < 2:
             return 0
         self.pool.allocate(new_blocks(k))
         t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
         t.computed[ids] += k
-        t.emit_many(ids, ends[:k - 1])
+        if self.frontend is None:
+            t.emit_many(ids, ends[:k - 1])
+        else:
+            t.emit_many(ids, self.frontend.deliver_many(ends[:k - 1], len(ids)))
         self.clock = float(ends[k - 1])
-        done = t.emit(ids, self.clock)
+        done = t.emit(ids, self._delivered(self.clock, len(ids)))
         if len(done):
             self._finish(done)
         rec = self.ctx.recorder

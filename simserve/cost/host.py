@@ -1,0 +1,89 @@
+"""The host path of a real serving engine, as fitted functions read from a GPU profile
+(`overheads.engines.<name>`), and the idealised engine that has none.
+
+A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLLM probes):
+
+    engines:
+      vllm-0.22.1:
+        async_scheduling: true
+        step_us: 2200.0              # engine-core host work per step: schedule, prepare
+        step_per_seq_us: 15.0        #   inputs and launch, sample, update (+ per sequence)
+        gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's kernels
+        frontend: {in_us, in_per_token_us, out_us, out_per_output_us}
+        source: ...
+
+With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
+the GPU runs step n, so a step lasts max(GPU forward, host work); without it the two add.
+The front end (API server: HTTP, tokenising, output processing, detokenising, streaming)
+is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`.
+
+`engine: ideal` is the engine with no host path at all: GPU forwards back to back, tokens
+delivered when sampled, requests seen when they arrive.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ENGINES = ("ideal", "vllm")
+DEFAULT_VERSION = {"vllm": "vllm-0.22.1"}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHost:
+    name: str
+    async_scheduling: bool = True
+    step_us: float = 0.0
+    step_per_seq_us: float = 0.0
+    gpu_tokens: tuple = ()
+    gpu_factor: tuple = ()
+    frontend: dict | None = None
+
+    @property
+    def ideal(self) -> bool:
+        return self.name == "ideal"
+
+    def host_us(self, num_seqs):
+        return self.step_us + self.step_per_seq_us * num_seqs
+
+    def gpu_factor_at(self, tokens: np.ndarray) -> np.ndarray:
+        """The engine's measured forward time over simserve's kernel prediction, by tokens."""
+        if not self.gpu_tokens:
+            return np.ones(len(tokens))
+        lx = np.log2(np.maximum(np.asarray(tokens, dtype=np.float64), 1.0))
+        return np.interp(lx, np.log2(np.asarray(self.gpu_tokens, dtype=np.float64)),
+                         np.asarray(self.gpu_factor, dtype=np.float64))
+
+    def make_frontend(self):
+        if not self.frontend:
+            return None
+        from simserve.sim.frontend import FrontEnd
+        f = self.frontend
+        return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
+                        float(f["out_per_output_us"]))
+
+
+IDEAL = EngineHost("ideal")
+
+
+def engine_host(profile, engine: str, version: str | None = None) -> EngineHost | None:
+    """The host path of `engine` on this GPU profile. `ideal` → none; `vllm` → the profile's
+    measured `vllm-<version>` entry, or its nearest measured version. Returns None when the
+    profile measured no engine (the caller keeps the profile's generic overheads)."""
+    if engine == "ideal":
+        return IDEAL
+    if engine not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    table = (profile.overheads or {}).get("engines") or {}
+    if not table:
+        return None
+    want = f"{engine}-{version}" if version else DEFAULT_VERSION[engine]
+    name = want if want in table else sorted(k for k in table if k.startswith(engine + "-"))[-1]
+    m = table[name]
+    g = m.get("gpu_in_situ") or {}
+    return EngineHost(name=name, async_scheduling=bool(m.get("async_scheduling", True)),
+                      step_us=float(m.get("step_us", 0.0)),
+                      step_per_seq_us=float(m.get("step_per_seq_us", 0.0)),
+                      gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
+                      frontend=m.get("frontend"))

@@ -1,0 +1,106 @@
+"""Replay measured real-vLLM serving runs in the simulator and score the prediction.
+
+    python -m simserve.realcheck.serve_score [--root validation/vllm-h200] [--engine vllm]
+        [--out FILE]
+
+Each run's requests are replayed with their real send times as arrivals (a closed-loop run's
+sends depended on the real engine's finishes; replaying them as arrivals compares the engine,
+not the client), the `vllm` policy on the measured `h200-sxm` profile, with the KV pool size,
+token budget and sequence limit the real engine logged (`probe/meta-engine-*.json`). The
+table gives each `vllm bench serve` metric real vs simulated and the error in %.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+
+import numpy as np
+
+from simserve.realcheck.serve_data import bench_metrics, load_run, real_metrics, run_dirs
+
+METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms",
+           "p99_itl_ms")
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                    "validation", "vllm-h200")
+
+
+def engine_meta(server_dir: str) -> dict:
+    files = sorted(glob.glob(os.path.join(server_dir, "probe", "meta-engine-*.json")))
+    if not files:
+        raise FileNotFoundError(f"{server_dir}: no probe/meta-engine-*.json")
+    with open(files[-1]) as f:
+        return json.load(f)
+
+
+def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
+    """Replay `run` in simserve; returns (metrics, records)."""
+    from simserve.run import simulate_point
+    from simserve.hardware.setup import HardwareConfig
+    from simserve.workload.spec import Workload
+    order = np.argsort(run.send, kind="stable")
+    w = Workload(arrival_s=run.send[order], prompt_tokens=run.prompt[order].astype(np.int64),
+                 output_tokens=run.output[order].astype(np.int64), name=run.name)
+    params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
+                  max_num_seqs=meta["max_num_seqs"],
+                  num_gpu_blocks_override=meta["num_gpu_blocks"], **policy)
+    if engine != "legacy":
+        params["engine"] = engine
+    res = simulate_point(w, run.plan["model"], HardwareConfig(gpu="h200-sxm"), "vllm", **params)
+    rec = res.records
+    times = [rec.token_times(i) for i in range(rec.num_requests)]
+    m = bench_metrics(rec.arrival_s, rec.first_token_s, rec.finish_s, times, rec.output_tokens)
+    return m, rec
+
+
+def score(root: str = ROOT, engine: str = "vllm", runs: list[str] | None = None) -> list[dict]:
+    rows = []
+    for d in runs or run_dirs(root):
+        run = load_run(d, os.path.join(root, "plans"))
+        meta = engine_meta(os.path.dirname(d))
+        real = real_metrics(run)
+        sim, _ = simulate_run(run, meta, engine)
+        row = {"server": run.server, "plan": run.name, "n": len(run.send)}
+        for k in METRICS:
+            row[f"real_{k}"], row[f"sim_{k}"] = real[k], sim[k]
+            row[f"err_{k}"] = (sim[k] - real[k]) / real[k] * 100 if real[k] else float("nan")
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    short = {"output_throughput": "out tok/s", "mean_tpot_ms": "TPOT", "mean_ttft_ms": "TTFT",
+             "p99_ttft_ms": "P99 TTFT", "mean_itl_ms": "ITL", "p99_itl_ms": "P99 ITL"}
+    head = f"{'plan':34s} {'n':>4s} " + " ".join(f"{short[k]:>20s}" for k in METRICS)
+    out = [head, " " * 40 + " ".join(f"{'real  sim   err%':>20s}" for _ in METRICS)]
+    for r in rows:
+        cells = []
+        for k in METRICS:
+            a, b, e = r[f"real_{k}"], r[f"sim_{k}"], r[f"err_{k}"]
+            cells.append(f"{a:7.0f} {b:6.0f} {e:+5.0f}" if a >= 100 else
+                         f"{a:7.1f} {b:6.1f} {e:+5.0f}")
+        out.append(f"{r['plan']:34s} {r['n']:4d} " + " ".join(f"{c:>20s}" for c in cells))
+    errs = {k: np.array([abs(r[f"err_{k}"]) for r in rows]) for k in METRICS}
+    out.append(f"{'mean |err| %':39s} " + " ".join(f"{errs[k].mean():20.1f}" for k in METRICS))
+    out.append(f"{'max |err| %':39s} " + " ".join(f"{errs[k].max():20.1f}" for k in METRICS))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default=ROOT)
+    ap.add_argument("--engine", default="vllm", help="vllm (measured host path) | ideal | legacy")
+    ap.add_argument("--out", default=None, help="also write the rows as JSON here")
+    a = ap.parse_args(argv)
+    rows = score(a.root, a.engine)
+    print(table(rows))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
