@@ -164,6 +164,30 @@ def _sp_fit(a) -> int:
     return 0
 
 
+def _serve(a) -> int:
+    """Measure real vLLM serving (on a GPU machine with the payload), or re-score stored runs."""
+    if a.score:
+        from simserve.realcheck import serve_score
+        if not os.path.isdir(a.root):
+            raise SimserveError(f"--root {a.root}: no such folder of real-vLLM runs")
+        return serve_score.main(["--root", a.root, "--engine", a.engine])
+    _need_torch("serve")
+    if not a.out:
+        raise SimserveError("simserve validate serve: --out DIR is required to measure "
+                            "(or --score to re-score stored runs)")
+    from simserve.realcheck import vllm_campaign
+    return vllm_campaign.main(["--campaign", a.campaign, "--out", a.out,
+                               "--budget-s", str(a.budget_s)])
+
+
+def _engine(a) -> int:
+    """Fit vLLM's host path (step overhead, front end, its kernels' factor) from stored probes."""
+    from simserve.realcheck import host_fit
+    if not os.path.isdir(a.root):
+        raise SimserveError(f"--root {a.root}: no such folder of real-vLLM runs")
+    return host_fit.main(["--root", a.root] + (["--frontend"] if a.frontend else []))
+
+
 def register(sub) -> None:
     p = sub.add_parser("validate", help="real executor vs cost model (iterations, replay)")
     vs = p.add_subparsers(dest="validate_command", metavar="WHAT")
@@ -222,6 +246,20 @@ def register(sub) -> None:
     q.add_argument("--raw", default=None, help="the profile's raw folder (writes sp_contention.json)")
     q.add_argument("points", nargs="+", help="SP measurement folders scored by sp-report")
     q.set_defaults(handler=_sp_fit)
+    from simserve.realcheck.serve_score import ROOT as VLLM_ROOT
+    q = vs.add_parser("serve", help="real vLLM serving (vllm serve + streaming client), "
+                                    "measured, or re-scored with --score")
+    q.add_argument("--campaign", default=os.path.join(VLLM_ROOT, "campaign.json"))
+    q.add_argument("--out", default=None, help="where the device run packs its results")
+    q.add_argument("--budget-s", type=float, default=540, help="seconds for this call")
+    q.add_argument("--score", action="store_true", help="re-score stored runs (no GPU)")
+    q.add_argument("--root", default=VLLM_ROOT, help="stored runs (with --score)")
+    q.add_argument("--engine", default="vllm", help="vllm | ideal | legacy (with --score)")
+    q.set_defaults(handler=_serve)
+    q = vs.add_parser("engine", help="fit vLLM's host path from stored engine probes")
+    q.add_argument("--root", default=VLLM_ROOT)
+    q.add_argument("--frontend", action="store_true", help="also search the front-end costs")
+    q.set_defaults(handler=_engine)
     q = vs.add_parser("report", help="score a stored measurement folder")
     common(q)
     q.add_argument("--tp", type=int, default=1, help="TP degree the GPU iterations ran at")

@@ -6,7 +6,7 @@ a server started in its own session only while it stays warm between back-to-bac
     python3 -m simserve.realcheck.vllm_campaign --campaign FILE --out $OUT [--budget-s 540]
 
 Steps (a campaign is a JSON list of them):
-- `{"do": "setup"}`: install vLLM from the payload (`simserve/realcheck/vllm_payload.sh`
+- `{"do": "setup"}`: install vLLM from the payload (`simserve/realcheck/vllm_payload/build.sh`
   builds it; parts stashed in /tmp/vc/parts by earlier calls, the rest carried in `.vllm/`);
 - `{"do": "kernels", "models": [...]}`: `vllm_kernels` (vLLM's FA3 and fused ops);
 - `{"do": "server", "name": N, "model": M, "args": [...]}`: stop any server, build the model
@@ -64,8 +64,10 @@ def setup(step, st) -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--no-compile", "--target", SITE] + wheels, check=True)
     os.makedirs(os.path.join(SITE, "xgrammar"), exist_ok=True)
-    shutil.copy(os.path.join(REPO, ".vllm", "stub", "xgrammar", "__init__.py"),
-                os.path.join(SITE, "xgrammar", "__init__.py"))
+    stub = os.path.join(REPO, ".vllm", "stub", "xgrammar", "__init__.py")
+    # the stand-in answers any attribute; vLLM's API server also imports a submodule
+    for mod in ("__init__.py", "structural_tag.py"):
+        shutil.copy(stub, os.path.join(SITE, "xgrammar", mod))
     parts = sorted(glob.glob(os.path.join(ROOT, "parts", "vllm.tar.xz.*"))
                    + glob.glob(os.path.join(REPO, ".vllm", "p*", "vllm.tar.xz.*")),
                    key=lambda p: p.rsplit(".", 1)[1])
@@ -80,6 +82,7 @@ def setup(step, st) -> None:
         tf.extractall(SITE)
     if r.wait() != 0:
         raise RuntimeError("joining the payload parts failed")
+    _patch_instrumentator()
     # the probe, importable without simserve's own imports, loaded in every process
     ps = os.path.join(ROOT, "probe_site")
     os.makedirs(ps, exist_ok=True)
@@ -90,6 +93,18 @@ def setup(step, st) -> None:
     out = subprocess.run([sys.executable, "-c", "import vllm, sys; print(vllm.__version__)"],
                          env=env(), capture_output=True, text=True)
     log(f"setup: vllm import -> {out.stdout.strip()} {out.stderr.strip()[-400:]}")
+
+
+def _patch_instrumentator() -> None:
+    """prometheus-fastapi-instrumentator 8.0.0 reads `route.path` of every route, which
+    starlette 1.7's included routers lack: every request then fails with a 500 (seen on the
+    H200, 2026-12-01). Read it with a default instead."""
+    p = os.path.join(SITE, "prometheus_fastapi_instrumentator", "routing.py")
+    if os.path.exists(p):
+        with open(p) as f:
+            src = f.read()
+        with open(p, "w") as f:
+            f.write(src.replace("route_name = route.path", 'route_name = getattr(route, "path", "")'))
 
 
 def kernels(step, st) -> None:
