@@ -30,7 +30,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run an experiment YAML and print its metrics table")
-    p.add_argument("file", help="experiment YAML (e.g. experiments/quickstart.yaml)")
+    p.add_argument("file", help="experiment YAML, or the name of one shipped with simserve (quickstart)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config value, e.g. --set workload.rates=[2,4] "
                         "--set policies.0.max_num_batched_tokens=4096")

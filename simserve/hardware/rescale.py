@@ -19,7 +19,8 @@ import numpy as np
 
 from simserve.hardware import datasheets as ds
 from simserve.hardware.derive import gpu_profile, write_profile
-from simserve.hardware.profile import REPO_ROOT, load_profile
+from simserve.hardware.profile import load_profile
+from simserve.paths import REPO_ROOT, profile_write_dir
 from simserve.models import DTYPE_BYTES, get_model
 
 FLOOR_FRACTION, FLOOR_MAX_US = 0.8, 4.0
@@ -248,8 +249,10 @@ def main(argv=None) -> int:
                     help="CPU mode: SOURCE:THREADS then TARGET:CORES pairs, e.g. "
                          "xeon-emr:12 xeon-silver-4510:12")
     ap.add_argument("--link", nargs="*", metavar="NAME", help="link mode: SOURCE TARGET...")
-    ap.add_argument("--out", default=str(REPO_ROOT / "hwprofiles"))
+    ap.add_argument("--out", help="default: simserve/data/hwprofiles in a source checkout, else "
+                    "~/.config/simserve/hwprofiles")
     args = ap.parse_args(argv)
+    args.out = args.out or str(profile_write_dir())
     from pathlib import Path
     if args.link:
         src, *targets = args.link
