@@ -75,6 +75,14 @@ def profile_write_dir() -> Path:
     return shipped_profile_dir() if in_checkout() else config_dir() / "hwprofiles"
 
 
+def umask_mode(bits: int = 0o666) -> int:
+    """`bits` under the process umask: what open() gives a new file (tempfile.mkstemp makes
+    0600 files; chmod a temporary file to this before renaming it into place)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return bits & ~mask
+
+
 def shipped_experiments() -> dict[str, Path]:
     d = data_dir("experiments")
     return {p.stem: p for p in sorted(d.glob("*.yaml"))} if d.is_dir() else {}

@@ -199,6 +199,7 @@ def fetch_trace(name: str, dest: str | Path | None = None, *,
         if target.is_file() and file_sha256(target) == entry.sha256:
             return target
         fd, tmp = tempfile.mkstemp(dir=dest, prefix=f".{entry.file}.", suffix=".part")
+        os.fchmod(fd, paths.umask_mode())  # mkstemp's 0600 would survive the rename
     except OSError as exc:
         raise SimserveError(f"{dest}: cannot write there ({exc.strerror})") from None
     try:
