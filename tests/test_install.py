@@ -292,3 +292,11 @@ def test_experiment_path_errors_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         experiment_path(tmp_path / "missing.yaml")
     assert experiment_path("quickstart") == paths.shipped_experiments()["quickstart"]
+
+
+def test_profiles_list_with_no_profiles_is_an_error(installed, monkeypatch, capsys):
+    empty = installed / "empty"
+    empty.mkdir()
+    monkeypatch.setattr(paths, "data_dir", lambda *parts: empty)
+    assert main(["profiles", "list"]) == 2
+    assert "no hardware profiles found" in capsys.readouterr().err

@@ -39,10 +39,16 @@ def out_lock(out: Path):
         yield
         return
     out = Path(out).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimserveError(f"--out {out}: cannot create its folder ({exc.strerror})") from None
     path = out.parent / f".{out.name}.lock"
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise SimserveError(f"--out {out}: cannot write there ({exc.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

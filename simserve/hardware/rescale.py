@@ -163,7 +163,11 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
     if src_p.provenance_type != "measured":
         raise ValueError(f"{src_name} is not a measured profile")
     from simserve.calibrate.tables import read_raw  # measured ceilings live with the raw points
-    raw = read_raw(REPO_ROOT / src_p.provenance["raw"])
+    raw_dir = REPO_ROOT / src_p.provenance["raw"]
+    if not raw_dir.is_dir():
+        raise ValueError(f"{src_name}: raw points {raw_dir} not found (they live in the source "
+                         "repository, not in an installed package)")
+    raw = read_raw(raw_dir)
     cpu = raw[(raw.part == "cpu") & (raw.threads == src_cores)]
     copy_gbps = float((cpu[cpu.op == "stream_copy"].bytes / cpu[cpu.op == "stream_copy"].median_us
                        / 1e3).max())
