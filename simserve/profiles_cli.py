@@ -7,8 +7,15 @@ from simserve.hardware.profile import available_profiles, load_profile
 
 
 def _list(args: argparse.Namespace) -> int:
+    found = available_profiles()
+    if not found:  # the shipped folder is always searched: an install without its data
+        from simserve.errors import SimserveError
+        from simserve.hardware.profile import profile_dirs
+        raise SimserveError("no hardware profiles found in "
+                            f"{', '.join(map(str, profile_dirs()))} (is simserve installed "
+                            "with its package data?)")
     rows = [("name", "kind", "provenance", "models", "device")]
-    for name, path in available_profiles().items():
+    for name, path in found.items():
         p = load_profile(path)
         rows.append((name, p.kind, p.provenance_type, str(len(p.models())),
                      str(p.spec.get("vendor_name", ""))))

@@ -27,7 +27,7 @@ def ci_copy(tmp_path):
 
 def _slow_profile(tmp_path, factor: float) -> Path:
     """A copy of the h100-sxm profile with every dense op of Llama-3.1-8B slower by factor."""
-    prof = yaml.safe_load((REPO / "hwprofiles" / "h100-sxm.yaml").read_text())
+    prof = yaml.safe_load((REPO / "simserve" / "data" / "hwprofiles" / "h100-sxm.yaml").read_text())
     for t in prof["ops"]["llama-3.1-8b"].values():
         for op in ("qkv", "o", "gate_up", "down", "elementwise"):
             t[f"{op}_us"] = [v * factor for v in t[f"{op}_us"]]

@@ -373,12 +373,12 @@ def test_dask_missing_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 def test_a_refitted_profile_changes_the_point_key(tmp_path, monkeypatch):
     from simserve.runner.config import load_experiment
-    from simserve.hardware.profile import REPO_ROOT
-    cfg = load_experiment(REPO_ROOT / "experiments" / "quickstart.yaml")
+    from simserve.hardware.profile import profile_dirs
+    cfg = load_experiment("quickstart")
     before = cfg.hash()
     assert cfg.hash() == before  # deterministic
     gpu = cfg.hardware.gpu
-    text = (REPO_ROOT / "hwprofiles" / f"{gpu}.yaml").read_text()
+    text = (profile_dirs()[-1] / f"{gpu}.yaml").read_text()
     (tmp_path / f"{gpu}.yaml").write_text(text)
     monkeypatch.setenv("SIMSERVE_PROFILE_DIR", str(tmp_path))
     assert cfg.hash() == before  # same bytes, another folder: the same results

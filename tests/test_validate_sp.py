@@ -67,7 +67,7 @@ def _folder(tmp_path, scale_mixed=1.0):
 
 
 def test_score_of_measurements_equal_to_the_cost_model_is_exact(tmp_path):
-    r = sp_score.score(str(_folder(tmp_path)), "qwen3-14b")
+    r = sp_score.score(str(_folder(tmp_path)), "qwen3-14b", out_dir=str(tmp_path))
     assert r["cost_model_paper_ab"]["all"]["mape_pct"] < 1e-9
     assert r["n_graph"] == 40
     assert json.loads((tmp_path / "sp_summary.json").read_text())["model"] == "qwen3-14b"

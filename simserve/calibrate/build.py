@@ -335,6 +335,10 @@ def build_cpu(raw_dir: Path, name: str) -> dict:
         prof["overheads"].setdefault("in_situ", {}).setdefault("by_model", {})[model] = \
             one["overheads"]["in_situ"]
     cpu = _pts(raw, part="cpu")
+    copy = cpu[(cpu.op == "stream_copy") & cpu.threads.notna()]
+    if not copy.empty:  # the host copy ceiling per thread count (cost_cpu.host_copy_gbps)
+        gbps = (copy.bytes / copy.median_us / 1e3).groupby(copy.threads.astype(int)).max()
+        prof["overheads"]["host_copy_gbps"] = {int(t): float(g) for t, g in gbps.items()}
     cpu = cpu[cpu.model != ""]  # ceilings (host copy) carry no model
     ops: dict = {}
     for (m, threads), g in cpu.groupby(["model", "threads"]):

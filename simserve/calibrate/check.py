@@ -13,7 +13,8 @@ import pandas as pd
 
 from simserve.calibrate.tables import holdout_errors_1d, holdout_errors_grid, read_raw
 from simserve.errors import SimserveError
-from simserve.hardware.profile import REPO_ROOT, HardwareProfile, load_profile
+from simserve.hardware.profile import HardwareProfile, load_profile
+from simserve.paths import REPO_ROOT
 
 BAR = {"gpu": 3.0, "cpu": 5.0, "link": 3.0}
 
@@ -25,7 +26,8 @@ def _raw_dir(p: HardwareProfile) -> Path:
     d = Path(p.provenance["raw"])
     d = d if d.is_absolute() else REPO_ROOT / d
     if not d.is_dir():
-        raise SimserveError(f"profile {p.name!r}: raw folder {d} not found")
+        raise SimserveError(f"profile {p.name!r}: raw folder {d} not found (raw calibration "
+                            "points live in the source repository, not in the installed package)")
     return d
 
 

@@ -6,7 +6,6 @@ import importlib.util
 from pathlib import Path
 
 from simserve.errors import SimserveError
-from simserve.hardware.profile import REPO_ROOT
 
 # user-facing parts -> measurement parts of run_all
 PARTS = {"gpu": ["dense", "prefill", "decode", "launch"], "cpu": ["cpu"], "links": ["links"]}
@@ -41,7 +40,8 @@ def _fit(args: argparse.Namespace) -> int:
     raw = Path(args.raw)
     if not raw.is_dir():
         raise SimserveError(f"--raw {raw}: no such folder")
-    out = Path(args.out)
+    from simserve.paths import profile_write_dir
+    out = Path(args.out) if args.out else profile_write_dir()
     jobs = [(n, f) for n, f in ((args.gpu, build_gpu), (args.cpu, build_cpu),
                                 (args.link, build_link), (args.nvlink, build_nvlink)) if n]
     if not jobs:
@@ -69,5 +69,6 @@ def register(sub) -> None:
     f.add_argument("--link", help="host link profile name to write, e.g. pcie5-x16")
     f.add_argument("--nvlink", help="GPU-GPU link profile to write from collectives.csv, e.g. "
                    "nvlink4 (raw folder of a multi-GPU run)")
-    f.add_argument("--out", default=str(REPO_ROOT / "hwprofiles"))
+    f.add_argument("--out", help="folder for the profiles (default: simserve/data/hwprofiles "
+                   "in a source checkout, else ~/.config/simserve/hwprofiles)")
     f.set_defaults(handler=_fit)

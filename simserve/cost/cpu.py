@@ -37,7 +37,8 @@ from simserve.cost import assist_routes
 from simserve.cost.gpu import in_situ_factor
 from simserve.errors import ConfigError
 from simserve.hardware.datasheets import CPU_EFFICIENCY
-from simserve.hardware.profile import REPO_ROOT, HardwareProfile, link_curve
+from simserve.hardware.profile import HardwareProfile, link_curve
+from simserve.paths import REPO_ROOT
 from simserve.models import DTYPE_BYTES, ModelSpec
 
 # Small-message Gloo ring all-reduce: 39-50 µs for 1-8 KB (pytorch/gloo issue #158, gloo's
@@ -50,11 +51,15 @@ STAGES = ("pre_layer", "pre_attention", "attention", "post_attention", "post_lay
 def host_copy_gbps(cpu: HardwareProfile, cores: int) -> tuple[float, str]:
     """Host copy bandwidth (GB/s of bytes copied) available to `cores` cores, and its source.
 
-    Measured profiles: the best `stream_copy` point at that thread count in the raw points
-    named by `provenance.raw` (the ceiling `rescale` uses). Otherwise the datasheet × efficiency
-    figure that derived profiles were scaled to: min(DRAM peak × memory efficiency,
-    cores × per-core GB/s) (`datasheets.CPU_EFFICIENCY`)."""
+    Measured profiles: the best `stream_copy` point at that thread count, which `simserve
+    calibrate fit` stores as `overheads.host_copy_gbps` (the ceiling `rescale` uses); a profile
+    fitted before that field existed is read from its raw points when run from a checkout.
+    Otherwise the datasheet × efficiency figure that derived profiles were scaled to:
+    min(DRAM peak × memory efficiency, cores × per-core GB/s) (`datasheets.CPU_EFFICIENCY`)."""
     raw = cpu.provenance.get("raw")
+    stored = (cpu.overheads.get("host_copy_gbps") or {}) if cpu.provenance_type == "measured" else {}
+    if cores in stored:
+        return float(stored[cores]), f"measured stream_copy at {cores} threads (profile)"
     if cpu.provenance_type == "measured" and raw:
         path = REPO_ROOT / raw / "cpu_ops.csv"
         if path.exists():

@@ -18,7 +18,8 @@ The front end (API server: HTTP, tokenising, output processing, detokenising, st
 is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`.
 
 `engine: ideal` is the engine with no host path at all: GPU forwards back to back, tokens
-delivered when sampled, requests seen when they arrive.
+delivered when sampled, requests seen when they arrive. `engine: generic` keeps the profile's
+generic per-iteration overheads (`iteration_us`, `per_seq_us`), added to each forward.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ENGINES = ("ideal", "vllm")
+ENGINES = ("ideal", "vllm", "generic")
 DEFAULT_VERSION = {"vllm": "vllm-0.22.1"}
 
 
@@ -73,6 +74,8 @@ def engine_host(profile, engine: str, version: str | None = None) -> EngineHost 
     profile measured no engine (the caller keeps the profile's generic overheads)."""
     if engine == "ideal":
         return IDEAL
+    if engine == "generic":
+        return None
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     table = (profile.overheads or {}).get("engines") or {}

@@ -1,6 +1,6 @@
 """Build roofline-derived profiles from datasheet numbers (`provenance: derived`).
 
-    python -m simserve.hardware.derive [--out hwprofiles]
+    python -m simserve.hardware.derive [--out DIR]
 
 Every op time is max(FLOPs / (peak · η_compute), bytes / (bandwidth · η_memory)) plus a
 kernel floor, evaluated on a token grid for every catalog model and TP degree, and written as
@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from simserve.hardware import datasheets as ds
-from simserve.hardware.profile import REPO_ROOT, SCHEMA
+from simserve.hardware.profile import SCHEMA
 from simserve.models import CATALOG, DTYPE_BYTES, ModelSpec
 
 TOKEN_GRID = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
@@ -161,10 +161,12 @@ def write(out_dir: Path, only: list[str] | None = None) -> list[Path]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "hwprofiles")
+    ap.add_argument("--out", type=Path, help="default: simserve/data/hwprofiles in a source "
+                    "checkout, else ~/.config/simserve/hwprofiles")
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args(argv)
-    for p in write(args.out, args.only):
+    from simserve.paths import profile_write_dir
+    for p in write(args.out or profile_write_dir(), args.only):
         print(p)
     return 0
 

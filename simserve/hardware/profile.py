@@ -1,4 +1,5 @@
-"""`HardwareProfile`: one device or link read from `hwprofiles/NAME.yaml`.
+"""`HardwareProfile`: one device or link read from `NAME.yaml` in the profile folders
+(`profile_dirs()`: the user's folders, then the ones shipped in `simserve/data/hwprofiles/`).
 
 Schema (`schema: simserve-hwprofile/1`), shared by GPUs, CPUs and links:
 
@@ -13,7 +14,6 @@ See `docs/hwprofiles.md` for every field.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,18 +22,18 @@ import yaml
 from simserve.errors import ConfigError, did_you_mean
 from simserve.hardware.attention import decode_fn, prefill_fn
 from simserve.hardware.functions import Affine, Curve
+from simserve.paths import REPO_ROOT, shipped_profile_dir, user_profile_dirs
 
 SCHEMA = "simserve-hwprofile/1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("gpu", "cpu", "link")
+__all__ = ["REPO_ROOT", "HardwareProfile", "available_profiles", "load_profile", "profile_dirs"]
 
 
 def profile_dirs() -> list[Path]:
-    """Where profiles are looked up: $SIMSERVE_PROFILE_DIR (os.pathsep-separated), then the
-    repository's `hwprofiles/`."""
-    dirs = [Path(p) for p in os.environ.get("SIMSERVE_PROFILE_DIR", "").split(os.pathsep) if p]
-    dirs.append(REPO_ROOT / "hwprofiles")
-    return dirs
+    """Where profiles are looked up, earlier first: $SIMSERVE_PROFILE_DIR (os.pathsep-separated),
+    ~/.config/simserve/hwprofiles, ~/.cache/simserve/hwprofiles (XDG variables honoured), then
+    the profiles shipped with the package (`simserve/data/hwprofiles/`)."""
+    return user_profile_dirs() + [shipped_profile_dir()]
 
 
 def available_profiles() -> dict[str, Path]:

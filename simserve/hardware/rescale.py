@@ -19,7 +19,8 @@ import numpy as np
 
 from simserve.hardware import datasheets as ds
 from simserve.hardware.derive import gpu_profile, write_profile
-from simserve.hardware.profile import REPO_ROOT, load_profile
+from simserve.hardware.profile import load_profile
+from simserve.paths import REPO_ROOT, profile_write_dir
 from simserve.models import DTYPE_BYTES, get_model
 
 FLOOR_FRACTION, FLOOR_MAX_US = 0.8, 4.0
@@ -162,7 +163,11 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
     if src_p.provenance_type != "measured":
         raise ValueError(f"{src_name} is not a measured profile")
     from simserve.hardware.raw import read_raw  # measured ceilings live with the raw points
-    raw = read_raw(REPO_ROOT / src_p.provenance["raw"])
+    raw_dir = REPO_ROOT / src_p.provenance["raw"]
+    if not raw_dir.is_dir():
+        raise ValueError(f"{src_name}: raw points {raw_dir} not found (they live in the source "
+                         "repository, not in an installed package)")
+    raw = read_raw(raw_dir)
     cpu = raw[(raw.part == "cpu") & (raw.threads == src_cores)]
     copy_gbps = float((cpu[cpu.op == "stream_copy"].bytes / cpu[cpu.op == "stream_copy"].median_us
                        / 1e3).max())
@@ -248,8 +253,10 @@ def main(argv=None) -> int:
                     help="CPU mode: SOURCE:THREADS then TARGET:CORES pairs, e.g. "
                          "xeon-emr:12 xeon-silver-4510:12")
     ap.add_argument("--link", nargs="*", metavar="NAME", help="link mode: SOURCE TARGET...")
-    ap.add_argument("--out", default=str(REPO_ROOT / "hwprofiles"))
+    ap.add_argument("--out", help="default: simserve/data/hwprofiles in a source checkout, else "
+                    "~/.config/simserve/hwprofiles")
     args = ap.parse_args(argv)
+    args.out = args.out or str(profile_write_dir())
     from pathlib import Path
     if args.link:
         src, *targets = args.link

@@ -37,13 +37,15 @@ class ChunkedConfig:
     leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
     # the engine's host path (simserve/cost/host.py): "vllm" = vLLM's own, measured on the
     # profile's GPU (async scheduling overlap, API-server front end, its kernels' in-situ
-    # factor); "ideal" = none (GPU forwards back to back, no front end)
+    # factor); "ideal" = none (GPU forwards back to back, no front end); "generic" = the
+    # profile's generic per-iteration overheads added to each forward (what every policy
+    # without a measured engine pays, and what the real-executor replay compares against)
     engine: str = "vllm"
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
-        if self.engine not in ("vllm", "ideal"):
-            raise ValueError(f"engine: expected 'vllm' or 'ideal', got {self.engine!r}")
+        if self.engine not in ("vllm", "ideal", "generic"):
+            raise ValueError(f"engine: expected 'vllm', 'ideal' or 'generic', got {self.engine!r}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override",
                      "graph_max_tokens"):
             v = getattr(self, name)

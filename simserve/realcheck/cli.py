@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+from contextlib import contextmanager
+from pathlib import Path
 
 from simserve.errors import SimserveError
 
@@ -32,7 +34,7 @@ def _iterations(a) -> int:
                      "--profile", a.profile, "--gpu-n", str(a.n), "--cpu-n", str(a.cpu_n),
                      "--cpu-threads", str(a.threads), "--cpu-layers", str(a.layers),
                      "--seed", str(a.seed), "--budget-s", f"gpu={a.budget_s},cpu={a.budget_s}"])
-    return _print(a.out, a.profile, a.cpu_profile, a.model)
+    return _print(a.out, a.profile, a.cpu_profile, a.model, out_dir=a.out)
 
 
 def _replay(a) -> int:
@@ -54,7 +56,7 @@ def _replay(a) -> int:
     device_run.main(["--out", a.out, "--parts", "replay", "--model", a.model, "--profile",
                      a.profile, "--replay-trace", a.trace, "--replay-n", str(a.n),
                      "--replay-rate", str(a.rate)])
-    return _print(a.out, a.profile, a.cpu_profile, a.model)
+    return _print(a.out, a.profile, a.cpu_profile, a.model, out_dir=a.out)
 
 
 def _fit(a) -> int:
@@ -82,12 +84,35 @@ def _fit(a) -> int:
     return 0
 
 
+@contextmanager
+def _report_out(a):
+    """Where a re-scoring writes: nowhere by default (the measurement folder may be committed
+    data, and a report printed is all most runs need), `--out NEW` (a new folder, written
+    whole or not at all), or the measurement folder itself with `--write`."""
+    if a.write and a.out:
+        raise SimserveError("--write and --out: give one (--write rewrites DIR's scored files)")
+    if a.write:
+        yield a.dir
+        return
+    if not a.out:
+        yield None
+        return
+    out = Path(a.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SimserveError(f"--out {out}: exists and is not an empty folder; choose a new one")
+    from simserve.runner.storage import atomic_folder
+    with atomic_folder(out.absolute()) as tmp:
+        yield str(tmp)
+    print(f"scored files written to {out}/")
+
+
 def _print(d: str, profile: str, cpu_profile: str, model: str, tp: int = 1,
-           link: str = "nvlink4") -> int:
+           link: str = "nvlink4", out_dir: str | None = None) -> int:
     from simserve.realcheck.plots import plot_folder
     from simserve.realcheck.report import report
-    r = report(d, profile, cpu_profile, model, tp, link)
-    plot_folder(d)
+    r = report(d, profile, cpu_profile, model, tp, link, out_dir=out_dir)
+    if out_dir:
+        plot_folder(d, out_dir)
     print(f"{d}: {model}, GPU profile {profile}, CPU profile {cpu_profile}")
     print(f"{'set':26s} {'n':>4s} {'MAPE%':>6s} {'P90%':>6s} {'max%':>6s} {'bias%':>6s}")
     for key, label in (("gpu_graph", "GPU (CUDA graphs)"), ("gpu_eager", "GPU (eager launches)"),
@@ -110,7 +135,8 @@ def _print(d: str, profile: str, cpu_profile: str, model: str, tp: int = 1,
 def _report(a) -> int:
     if not os.path.isdir(a.dir):
         raise SimserveError(f"{a.dir}: no such measurement folder")
-    return _print(a.dir, a.profile, a.cpu_profile, a.model, a.tp, a.link)
+    with _report_out(a) as out_dir:
+        return _print(a.dir, a.profile, a.cpu_profile, a.model, a.tp, a.link, out_dir)
 
 
 def _sp(a) -> int:
@@ -120,19 +146,22 @@ def _sp(a) -> int:
     from simserve.realcheck import sp_run
     sp_run.main(["--out", a.out, "--models", a.model, "--n", str(a.n), "--nproc", str(a.ranks),
                  "--budget-s", str(a.budget_s)])
-    return _sp_print(os.path.join(a.out, a.model), a)
+    d = os.path.join(a.out, a.model)
+    return _sp_print(d, a, d)
 
 
 def _sp_report(a) -> int:
     if not os.path.isdir(a.dir):
         raise SimserveError(f"{a.dir}: no such measurement folder")
-    return _sp_print(a.dir, a)
+    with _report_out(a) as out_dir:
+        return _sp_print(a.dir, a, out_dir)
 
 
-def _sp_print(d: str, a) -> int:
+def _sp_print(d: str, a, out_dir: str | None = None) -> int:
     from simserve.realcheck.sp_score import plot, score
-    r = score(d, a.model, a.profile, a.link, a.ranks)
-    plot(d, r)
+    r = score(d, a.model, a.profile, a.link, a.ranks, out_dir=out_dir)
+    if out_dir:
+        plot(out_dir, r)
     print(f"{d}: {a.model}, SP{a.ranks} over {a.link}, GPU profile {a.profile}; measured: "
           f"{r['measured']} ({r['n_graph']} graphs)")
     print(f"{'predictor':40s} {'n':>4s} {'MAPE%':>6s} {'P90%':>6s} {'max%':>6s} {'bias%':>6s}")
@@ -226,6 +255,12 @@ def register(sub) -> None:
                    help="with --cpu: the model's own factor (in_situ_cpu-MODEL.json), used for "
                         "that model instead of the profile's")
     q.set_defaults(handler=_fit)
+    def report_out(q):
+        g = q.add_argument_group("output (default: print the scores, write nothing)")
+        g.add_argument("--out", help="new folder for the scored CSVs, summary and plots")
+        g.add_argument("--write", action="store_true",
+                       help="rewrite DIR's own scored CSVs, summary and plots")
+
     def sp_common(q):
         common(q)
         q.add_argument("--link", default="nvlink4", help="the GPUs' link profile")
@@ -240,6 +275,7 @@ def register(sub) -> None:
     q = vs.add_parser("sp-report", help="score a stored SP measurement folder")
     sp_common(q)
     q.add_argument("dir")
+    report_out(q)
     q.set_defaults(handler=_sp_report)
     q = vs.add_parser("sp-fit", help="fit the SP cost model's contention factors α, β")
     sp_common(q)
@@ -265,4 +301,5 @@ def register(sub) -> None:
     q.add_argument("--tp", type=int, default=1, help="TP degree the GPU iterations ran at")
     q.add_argument("--link", default="nvlink4", help="link profile for TP all-reduces")
     q.add_argument("dir")
+    report_out(q)
     q.set_defaults(handler=_report)

@@ -8,17 +8,20 @@ import numpy as np
 import pandas as pd
 
 
-def plot_folder(d: str) -> list[str]:
+def plot_folder(d: str, out_dir: str | None = None) -> list[str]:
+    """Figures of the validation folder `d` (scored CSVs read from, and PNGs written to,
+    `out_dir`, default `d`)."""
+    scored = out_dir or d
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     out = []
     sets = []
-    g = os.path.join(d, "gpu_scored.csv")
+    g = os.path.join(scored, "gpu_scored.csv")
     if os.path.exists(g):
         sets.append(("GPU forward (CUDA graphs)", pd.read_csv(g), "graph_us", "predicted_graph_us",
                      "kind"))
-    c = os.path.join(d, "cpu_scored.csv")
+    c = os.path.join(scored, "cpu_scored.csv")
     if os.path.exists(c):
         sets.append(("CPU decode iteration", pd.read_csv(c), "measured_us", "predicted_us", None))
     if sets:
@@ -36,7 +39,7 @@ def plot_folder(d: str) -> list[str]:
                    title=f"{title}\nn={len(df)}, MAPE {ape.mean():.2f}%")
             ax.legend(fontsize=8)
         fig.tight_layout()
-        path = os.path.join(d, "iterations.png")
+        path = os.path.join(scored, "iterations.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         out.append(path)
@@ -51,7 +54,7 @@ def plot_folder(d: str) -> list[str]:
             ax.set(xscale="log", xlabel=f"{name} (ms)", ylabel="fraction of requests")
             ax.legend()
         fig.tight_layout()
-        path = os.path.join(d, "replay.png")
+        path = os.path.join(scored, "replay.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         out.append(path)

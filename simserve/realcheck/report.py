@@ -49,14 +49,16 @@ def score_cpu(points_csv: str, profile: str, model: str) -> pd.DataFrame:
 
 
 def report(val_dir: str, gpu_profile: str, cpu_profile: str, model: str, tp: int = 1,
-           link: str = "nvlink4") -> dict:
-    """Scores every stored measurement in `val_dir`; writes scored CSVs and summary.json. GPU
+           link: str = "nvlink4", out_dir: str | None = None) -> dict:
+    """Scores every stored measurement in `val_dir`; with `out_dir`, writes the scored CSVs and
+    summary.json there (nothing is written otherwise: `val_dir` may be committed data). GPU
     iterations measured at TP `tp` are predicted at that TP with `link`'s all-reduce."""
     out = {"gpu_profile": gpu_profile, "cpu_profile": cpu_profile, "model": model, "tp": tp}
     g = os.path.join(val_dir, "gpu_iterations.csv")
     if os.path.exists(g):
         df = score_gpu(g, gpu_profile, model, tp=tp, link=link)
-        df.to_csv(os.path.join(val_dir, "gpu_scored.csv"), index=False)
+        if out_dir:
+            df.to_csv(os.path.join(out_dir, "gpu_scored.csv"), index=False)
         out["gpu_graph"] = summary(df, "predicted_graph_us", "graph_us")
         e = df[np.isfinite(df.eager_us)]
         if len(e):
@@ -67,7 +69,8 @@ def report(val_dir: str, gpu_profile: str, cpu_profile: str, model: str, tp: int
     c = os.path.join(val_dir, "cpu_iterations.csv")
     if os.path.exists(c):
         df = score_cpu(c, cpu_profile, model)
-        df.to_csv(os.path.join(val_dir, "cpu_scored.csv"), index=False)
+        if out_dir:
+            df.to_csv(os.path.join(out_dir, "cpu_scored.csv"), index=False)
         out["cpu"] = summary(df, by=None)
         out["cpu_worst"] = worst(df, 5)[["i", "batch", "context", "measured_us", "predicted_us",
                                          "ape_pct"]].to_dict("records")
@@ -75,6 +78,7 @@ def report(val_dir: str, gpu_profile: str, cpu_profile: str, model: str, tp: int
     if os.path.exists(r):
         with open(r) as f:
             out["replay"] = json.load(f).get("comparison")
-    with open(os.path.join(val_dir, "summary.json"), "w") as f:
-        json.dump(out, f, indent=1, default=float)
+    if out_dir:
+        with open(os.path.join(out_dir, "summary.json"), "w") as f:
+            json.dump(out, f, indent=1, default=float)
     return out

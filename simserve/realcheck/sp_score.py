@@ -112,7 +112,9 @@ SCALE = np.array([3e-8, 2e-5, 5e-8, 2e-5, 1e-12, 2e-5, 5e-11, 2e-5])
 
 
 def score(folder: str, model: str, profile: str = "h200-sxm", link: str = "nvlink4",
-          ranks: int = 2) -> dict:
+          ranks: int = 2, out_dir: str | None = None) -> dict:
+    """Scores `folder`'s SP iterations; with `out_dir`, writes sp_scored.csv and
+    sp_summary.json there (nothing is written otherwise)."""
     df = load(folder)
     batches = [from_row(r) for r in df.to_dict("records")]
     cost, est = models(model, profile, link, ranks, PAPER_CONTENTION, PAPER_CONTENTION)
@@ -165,9 +167,10 @@ def score(folder: str, model: str, profile: str = "h200-sxm", link: str = "nvlin
         "graph_over_queued_median": float(np.median(df["overlap_graph_us"] / df["overlap_queued_us"]))
         if "overlap_graph_us" in df and df["overlap_graph_us"].notna().any() else None,
     }
-    df.to_csv(os.path.join(folder, "sp_scored.csv"), index=False)
-    with open(os.path.join(folder, "sp_summary.json"), "w") as f:
-        json.dump(out, f, indent=1)
+    if out_dir:
+        df.to_csv(os.path.join(out_dir, "sp_scored.csv"), index=False)
+        with open(os.path.join(out_dir, "sp_summary.json"), "w") as f:
+            json.dump(out, f, indent=1)
     return out
 
 

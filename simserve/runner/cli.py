@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from simserve.runner.config import load_experiment
@@ -13,6 +14,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / cfg.name
     check_out_dir(out)
+    before = _stored_hash(out)
     results = run_experiment_config(cfg, out=None if args.no_save else out,
                                      progress=not args.quiet)
     recs = summary_records(results)
@@ -25,12 +27,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"note: {capped} request(s) per point were capped at the model's max context")
     if not args.no_save:
         print(f"\nresults: {out}/ (summary.json, summary.csv, requests.csv, config.yaml)")
+        if before and before != cfg.hash():
+            print(f"note: replaced earlier results of another config ({before}) in {out}/",
+                  file=sys.stderr)
     return 0
+
+
+def _stored_hash(out: Path) -> str | None:
+    try:
+        return (out / "config.sha256").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run an experiment YAML and print its metrics table")
-    p.add_argument("file", help="experiment YAML (e.g. experiments/quickstart.yaml)")
+    p.add_argument("file", help="experiment YAML, or the name of one shipped with simserve (quickstart)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config value, e.g. --set workload.rates=[2,4] "
                         "--set policies.0.max_num_batched_tokens=4096")

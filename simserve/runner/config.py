@@ -104,11 +104,54 @@ class ExperimentConfig:
 TOP_KEYS = ("name", "model", "hardware", "workload", "policies", "slo")
 
 
+def experiment_path(path: str | Path) -> Path:
+    """`path` itself, or for a bare name that is not a file (`quickstart`) the experiment of
+    that name shipped with the package (`simserve/data/experiments/NAME.yaml`)."""
+    p = Path(path)
+    if p.exists() or p.suffix or "/" in str(path) or p.parent != Path("."):
+        if not p.exists():
+            from simserve.paths import shipped_experiments
+            hint = ", ".join(shipped_experiments())
+            raise ConfigError(f"{p}: no such file" + (f" (experiments shipped with simserve, "
+                                                        f"run by name: {hint})" if hint else ""))
+        return p
+    from simserve.paths import shipped_experiments
+    shipped = shipped_experiments()
+    if str(path) in shipped:
+        return shipped[str(path)]
+    raise ConfigError(f"{path}: no such file, and no shipped experiment of that name"
+                      f"{did_you_mean(str(path), shipped)}; shipped: {', '.join(shipped) or 'none'}")
+
+
 def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
+    path = experiment_path(path)
     data = load_located(path)
+    if isinstance(data, dict):
+        rebase_trace(data, path)
     for ov in overrides:
         apply_override(data, ov, str(path))
     return parse_experiment(data, str(path))
+
+
+def rebase_trace(data: dict, path: str | Path) -> None:
+    """A relative trace file path written in a YAML file names a file beside that YAML, not in
+    the working directory: make it absolute. Manifest and synthetic names (no suffix, no
+    slash) stay names; a bare file name is rebased only when the file is there (else the trace
+    folders are searched for it, as before). `--set` values are not rebased."""
+    wl = data.get("workload")
+    if isinstance(wl, dict) and "trace" in wl:
+        wl["trace"] = rebased_trace(wl["trace"], path)
+
+
+def rebased_trace(trace, path: str | Path):
+    """One trace value of the YAML file `path`, rebased as `rebase_trace` says."""
+    if not isinstance(trace, str) or not trace.strip():
+        return trace
+    t = Path(trace).expanduser()
+    if t.is_absolute() or not (t.suffix or "/" in trace):
+        return trace
+    cand = Path(path).resolve().parent / t
+    return str(cand) if "/" in trace or cand.is_file() else trace
 
 
 def apply_override(data: dict, item: str, src: str) -> None:
@@ -121,16 +164,22 @@ def apply_override(data: dict, item: str, src: str) -> None:
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {key}: cannot parse value {val!r}: {exc}") from None
     parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {key}: empty part in the dotted key")
     node = data
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
                 raise ConfigError(f"--set {key}: {'.'.join(parts[:i])} has no item {part!r}")
             node = node[int(part)]
-        else:
+        elif isinstance(node, dict):
             if part not in node:
                 node[part] = Located()
             node = node[part]
+        if not isinstance(node, (dict, list)):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[:i + 1])} is "
+                              f"{type(node).__name__} {node!r}, not a mapping; it has no "
+                              f"key {parts[i + 1]!r}")
     last = parts[-1]
     if isinstance(node, list):
         if not last.isdigit() or int(last) >= len(node):
@@ -194,6 +243,9 @@ def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
             if many in w:
                 v = w[many]
                 w[many] = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    if not isinstance(w, dict):
+        raise ConfigError(f"{_where(src, data, 'workload', 'workload')}: expected a mapping, "
+                          f"got {w!r}")
     wl = _dataclass_from(WorkloadConfig, _relocate(w, wl_obj), src, "workload",
                          rename=None)
     pols = data["policies"]

@@ -15,6 +15,10 @@ Workers need simserve installed (same version): tasks are pickled by reference.
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterator
 
@@ -28,6 +32,32 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """Worker initializer: end this worker when the sweep process that started it dies, even
+    by SIGKILL (which runs no clean-up, so the pool cannot stop its workers). On Linux the
+    kernel sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere, and as a second line, a daemon
+    thread polls the parent's pid and exits when the worker has been re-parented."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="simserve-parent-watch", daemon=True).start()
 
 
 class LocalExecutor:
@@ -48,7 +78,8 @@ class LocalExecutor:
             for i, item in enumerate(items):
                 yield i, fn(item)
             return
-        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)))
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
+                                   initializer=die_with_parent, initargs=(os.getpid(),))
         try:
             index = {pool.submit(fn, item): i for i, item in enumerate(items)}
             pending = set(index)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.config import ExperimentConfig, PolicySpec
-from simserve.runner.storage import atomic_folder, write_config, write_records
+from simserve.runner.storage import atomic_folder, out_lock, write_config, write_records
 from simserve.hardware.setup import resolve_hardware
 from simserve.metrics import request_frame, summarize
 from simserve.models import get_model
@@ -75,6 +75,17 @@ def validate(cfg: ExperimentConfig) -> None:
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True) -> list[PointResult]:
+    """Every point of `cfg`; with `out`, the results folder too, written while holding the
+    folder's lock (a second run into the same `out` at the same time is refused)."""
+    if out is None:
+        return _run_points(cfg, progress)
+    with out_lock(Path(out)):
+        results = _run_points(cfg, progress)
+        write_results(cfg, results, Path(out))
+    return results
+
+
+def _run_points(cfg: ExperimentConfig, progress: bool) -> list[PointResult]:
     validate(cfg)
     hardware = resolve_hardware(cfg.hardware)
     pts = points(cfg)
@@ -93,8 +104,6 @@ def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
     finally:
         if bar:
             bar.close()
-    if out is not None:
-        write_results(cfg, results, Path(out))
     return results
 
 

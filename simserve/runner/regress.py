@@ -24,6 +24,7 @@ from simserve.errors import ConfigError, did_you_mean
 from simserve.runner.config import load_experiment
 from simserve.runner.point import run_experiment_config
 from simserve.metrics import sustainable_rate
+from simserve.paths import umask_mode
 
 TARGET = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([0-9.eE+-]+)\s*$")
 
@@ -146,6 +147,7 @@ def experiments(folder: Path) -> list[Path]:
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, umask_mode())  # mkstemp's 0600 would survive the rename
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -3,12 +3,76 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+
+from simserve.errors import SimserveError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (a second writer is then not detected)
+    fcntl = None
+
+
+def _fresh_dir(parent: Path, prefix: str) -> Path:
+    """A new, uniquely named folder created with the user's umask (tempfile.mkdtemp makes
+    0700 folders, which would leave results unreadable to the group once renamed)."""
+    while True:
+        tmp = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+
+
+@contextmanager
+def out_lock(out: Path):
+    """Hold an exclusive lock on the results folder `out` (a lock file beside it,
+    `.NAME.lock`) while a run or sweep writes there; a second writer gets a one-line error
+    instead of silently replacing (or mixing into) the first one's results."""
+    if fcntl is None:
+        yield
+        return
+    out = Path(out).absolute()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimserveError(f"--out {out}: cannot create its folder ({exc.strerror})") from None
+    path = out.parent / f".{out.name}.lock"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise SimserveError(f"--out {out}: cannot write there ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise SimserveError(f"--out {out}: another simserve run (pid {holder}) is writing "
+                                "there; refusing to run into the same folder (wait for it to "
+                                "finish, or choose another --out)") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file between our open and our lock: again
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.close(fd)
 
 
 @contextmanager
@@ -16,11 +80,11 @@ def atomic_folder(dest: Path):
     """Yield a temporary sibling of `dest` to fill; on success it replaces `dest` (so a folder
     that exists is complete), on any error it is removed and `dest` is left as it was."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    tmp = _fresh_dir(dest.parent, f".{dest.name}.tmp-")
     try:
         yield tmp
         if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+            old = _fresh_dir(dest.parent, f".{dest.name}.old-")
             os.replace(dest, old / "x")
             os.replace(tmp, dest)
             shutil.rmtree(old, ignore_errors=True)

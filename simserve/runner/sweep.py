@@ -33,8 +33,9 @@ from pathlib import Path
 import yaml
 
 from simserve.errors import ConfigError, SimserveError, did_you_mean
-from simserve.runner.config import (TOP_KEYS, ExperimentConfig, WorkloadConfig, apply_override,
-                                    parse_experiment)
+from simserve.runner.config import (TOP_KEYS, ExperimentConfig, WorkloadConfig,
+                                        apply_override, parse_experiment, rebase_trace,
+                                        rebased_trace)
 from simserve.runner.point import make_workload, points
 from simserve.runner.yamlio import Located, line_of, load_located
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
@@ -103,9 +104,24 @@ def load_sweep(path: str | Path, overrides: list[str] = ()) -> Sweep:
     src = str(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{src}: expected a mapping at the top level")
+    _rebase_traces(data, path)
     for item in overrides:
         _apply_set(data, item, src)
     return expand(data, src)
+
+
+def _rebase_traces(data: dict, path) -> None:
+    """Relative trace paths written in the file (base, `sweep:`, `variants:`) name files
+    beside it (`config.rebase_trace`); `--set` values stay relative to the working folder."""
+    rebase_trace(data, path)
+    axis = data.get("sweep", {}).get("workload.trace") if isinstance(data.get("sweep"), dict) \
+        else None
+    if isinstance(axis, list):
+        axis[:] = [rebased_trace(v, path) for v in axis]
+    variants = data.get("variants")
+    for ov in (variants.values() if isinstance(variants, dict) else ()):
+        if isinstance(ov, dict) and "workload.trace" in ov:
+            ov["workload.trace"] = rebased_trace(ov["workload.trace"], path)
 
 
 def _apply_set(data: dict, item: str, src: str) -> None:

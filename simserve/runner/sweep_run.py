@@ -3,7 +3,7 @@ temporary sibling and renamed, so a folder that exists is complete), then `OUT/s
 (a list of run records, as `vllm bench` tools read) and `OUT/summary.csv`, also atomically.
 
 A rerun skips finished points (resume after a crash or Ctrl-C) and removes half-written
-temporary folders; two sweeps writing into one folder at the same time are not supported.
+temporary folders; a second sweep into a folder that one is writing is refused (`out_lock`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pandas as pd
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.config import TOP_KEYS, ExperimentConfig
 from simserve.runner.point import points, run_point
-from simserve.runner.storage import atomic_folder, write_config, write_records
+from simserve.runner.storage import atomic_folder, out_lock, write_config, write_records
 from simserve.runner.sweep import Sweep, SweepPoint, check_points
 from simserve.hardware.setup import Hardware
 
@@ -109,13 +109,21 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: i
               scheduler: str | None = None, progress: bool = True, client=None) -> SweepOutcome:
     """Run the points whose folders are missing, then write OUT/summary.json and .csv.
     `client` (a `distributed.Client`) is used by the dask executor when given."""
-    from tqdm import tqdm
-
-    from simserve.runner.executors import check_executor, make_executor
+    from simserve.runner.executors import check_executor
 
     out = Path(out)
     check_executor(executor, workers, scheduler)
     check_sweep_out(out)
+    with out_lock(out):  # a second sweep into the same folder at the same time is refused
+        return _run_sweep(sweep, out, executor, workers, scheduler, progress, client)
+
+
+def _run_sweep(sweep: Sweep, out: Path, executor: str, workers: int | None,
+               scheduler: str | None, progress: bool, client) -> SweepOutcome:
+    from tqdm import tqdm
+
+    from simserve.runner.executors import make_executor
+
     hardware = check_points(sweep)
     pdir = out / "points"
     unique = sweep.unique()

@@ -1,11 +1,12 @@
-"""Named public traces (`traces/manifest.yaml`): where to find them and how to fetch them.
+"""Named public traces (`simserve/data/traces/manifest.yaml`, shipped with the package): where
+to find them and how to fetch them.
 
 Search order for a named trace's file (`trace_dirs()`):
 1. every directory in `$SIMSERVE_TRACE_DIR` (one path, or several joined by os.pathsep);
 2. the user cache, `$XDG_CACHE_HOME/simserve/traces` (default `~/.cache/simserve/traces`),
    where `simserve traces fetch` stores downloads;
-3. `../shared/traces` relative to the repository root (the parent of the `simserve` package
-   directory), where the project's shared copies live.
+3. in a source checkout only, `../shared/traces` relative to the repository root (the parent
+   of the `simserve` package directory), where the project's shared copies live.
 """
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from pathlib import Path
 
 import yaml
 
+from simserve import paths
 from simserve.errors import ConfigError, SimserveError, did_you_mean
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MANIFEST_PATH = REPO_ROOT / "traces" / "manifest.yaml"
+MANIFEST_PATH = paths.data_dir("traces") / "manifest.yaml"
 DOWNLOAD_TIMEOUT_S = 60
 _CHUNK = 1 << 20
 _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, TimeoutError, OSError)
@@ -74,7 +75,7 @@ def _entry(path: Path, name: str, raw) -> TraceEntry:
 
 
 def load_manifest(path: str | Path | None = None) -> dict[str, TraceEntry]:
-    """Entries of the manifest (default `traces/manifest.yaml` in the repository) by name."""
+    """Entries of the manifest (default: the one shipped in the package) by name."""
     path = Path(path) if path is not None else MANIFEST_PATH
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -92,15 +93,15 @@ def load_manifest(path: str | Path | None = None) -> dict[str, TraceEntry]:
 
 def cache_dir() -> Path:
     """Where `fetch_trace` stores downloads by default."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "simserve" / "traces"
+    return paths.cache_dir() / "traces"
 
 
 def trace_dirs() -> list[Path]:
     """Directories searched for named traces, in order (see the module docstring)."""
     env = os.environ.get("SIMSERVE_TRACE_DIR", "")
     dirs = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-    return dirs + [cache_dir(), REPO_ROOT.parent / "shared" / "traces"]
+    shared = [paths.REPO_ROOT.parent / "shared" / "traces"] if paths.in_checkout() else []
+    return dirs + [cache_dir()] + shared
 
 
 def find_local(entry: TraceEntry) -> Path | None:
@@ -198,6 +199,7 @@ def fetch_trace(name: str, dest: str | Path | None = None, *,
         if target.is_file() and file_sha256(target) == entry.sha256:
             return target
         fd, tmp = tempfile.mkstemp(dir=dest, prefix=f".{entry.file}.", suffix=".part")
+        os.fchmod(fd, paths.umask_mode())  # mkstemp's 0600 would survive the rename
     except OSError as exc:
         raise SimserveError(f"{dest}: cannot write there ({exc.strerror})") from None
     try:
