@@ -13,7 +13,7 @@ Settings (the experiments' own YAML; the policy entry picked by label, N request
 - DualPace's Fig. 9a (Llama-3.1-8B, RTX 4090 + Xeon Silver 4510, Azure-Conversation, rates
   0.5..8): dualpace, neo, vllm at 0.5 (lowest) and 3.0 (mid).
 Each run is a fresh process; imports, profile fits and building the workload are not timed,
-only `simulate_point`. Printed: median wall seconds over --repeat runs, simulated requests per
+only `simulate_point` (with --warm, after an untimed 20-request point in the same process). Printed: median wall seconds over --repeat runs, simulated requests per
 wall-second (N / median wall), wall-µs per request, CPU-µs per request (median), iterations
 (and how many stepped), the load average before and after. The machine is shared: compare
 CPU-µs, and ratios within one run. --digest adds a sha256 of the point's summary (the metrics
@@ -45,7 +45,8 @@ CASES = ([(p, lab, FIG12, r) for p, lab in (("conflux", "confluxserve"), ("chunk
          + [(p, p, FIG9A, r) for p in ("dualpace", "neo", "vllm") for r in (0.5, 3.0)])
 
 
-def one(label: str, yaml: str, rate: float, n: int | None, digest: bool) -> dict:
+def one(label: str, yaml: str, rate: float, n: int | None, digest: bool,
+        warm: bool = False) -> dict:
     import hashlib
     import time
 
@@ -61,6 +62,12 @@ def one(label: str, yaml: str, rate: float, n: int | None, digest: bool) -> dict
     spec = next(p for p in cfg.policies if p.label == label)
     w = make_workload(cfg, rate, 0)
     hw = resolve_hardware(cfg.hardware)
+    if warm:  # a 20-request point first: per-process caches filled, as in a sweep worker
+        import dataclasses
+        small = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload,
+                                                                      num_requests=20))
+        simulate_point(make_workload(small, rate, 0), cfg.model, hw, spec.name, spec.config,
+                       seed=0)
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate_point(w, cfg.model, hw, spec.name, spec.config, seed=0)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -88,13 +95,17 @@ def main() -> int:
     ap.add_argument("--cases", nargs="+", metavar="LABEL@RATE", help="only these cases")
     ap.add_argument("-n", type=int, help="requests per point (default: the YAML's)")
     ap.add_argument("--digest", action="store_true", help="print result digests")
+    ap.add_argument("--warm", action="store_true",
+                    help="run a 20-request point in the process first (untimed): per-process "
+                         "caches such as conflux's dispatch-margin calibration are then filled, "
+                         "as for every point after a sweep worker's first")
     ap.add_argument("--one", nargs=3, metavar=("LABEL", "YAML", "RATE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         label, yaml, rate = args.one
-        print(json.dumps(one(label, yaml, float(rate), args.n, args.digest)))
+        print(json.dumps(one(label, yaml, float(rate), args.n, args.digest, args.warm)))
         return 0
-    print(f"# load before: {load()}  (2-core machine, shared)")
+    print(f"# load before: {load()}  (2-core machine, shared){'  warm' if args.warm else ''}")
     print(f"{'policy':10} {'setting':7} {'rate':>4} {'N':>5} {'wall s':>7} {'req/wall-s':>10} "
           f"{'wall us/req':>11} {'CPU us/req':>10} {'iters':>8} {'stepped':>8}"
           + ("  summary_sha      requests_sha" if args.digest else ""))
@@ -108,6 +119,7 @@ def main() -> int:
         for _ in range(max(args.repeat, 1)):
             cmd = [sys.executable, __file__, "--one", label, yaml, str(rate)]
             cmd += (["-n", str(args.n)] if args.n else []) + (["--digest"] if args.digest else [])
+            cmd += ["--warm"] if args.warm else []
             out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
             if out.returncode:

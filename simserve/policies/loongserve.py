@@ -54,6 +54,7 @@ class LoongEngine(SpRanksEngine):
 
     # -- LoongServe's iteration ---------------------------------------------------------------
     def _iteration(self):
+        self._prefill_memo = {}  # (k, batch) -> _prefill_s, for this iteration's decisions
         self._grow_decodes()
         nd, dctx = self._rank_states()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
@@ -168,6 +169,20 @@ class LoongEngine(SpRanksEngine):
         return lo
 
     def _prefill_s(self, k: int, batch) -> float:
+        """One SP-k prefill iteration of `batch` ([(rid, new tokens)]); memoised within an
+        iteration (its cached tokens do not change until the iteration is applied)."""
+        memo = getattr(self, "_prefill_memo", None)
+        key = (k, tuple(batch))
+        if memo is not None:
+            v = memo.get(key)
+            if v is not None:
+                return v
+        v = self._prefill_s_now(k, batch)
+        if memo is not None:
+            memo[key] = v
+        return v
+
+    def _prefill_s_now(self, k: int, batch) -> float:
         t = self.ctx.table
         n = sum(m for _, m in batch)
         n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
