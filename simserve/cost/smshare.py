@@ -66,6 +66,7 @@ class SmShareCost:
     def use_curves(self, curves: dict | None) -> None:
         """Price shares with these measured curves (None: the analytic model)."""
         self.curves = curves
+        self._memo = {}  # (what, tokens, f, ...) -> µs of dense_us / lm_us, priced on these curves
         if curves:
             self._f = np.concatenate([[0.0], curves["sm_fraction"]])
             self._bw = np.concatenate([[0.0], curves["bw_fraction"]])
@@ -99,7 +100,13 @@ class SmShareCost:
 
     def dense_us(self, tokens: int, f: float, allreduce: bool = True) -> float:
         """One layer's linear ops, element-wise ops and (unless not `allreduce`) TP
-        all-reduces on share f."""
+        all-reduces on share f (memoised: a decode batch keeps its size for many steps)."""
+        key = ("dense", tokens, f, allreduce)
+        us = self._memo.get(key)
+        if us is not None:
+            return us
+        if len(self._memo) > 1 << 16:
+            self._memo.clear()
         ops = self.cost.ops.dense
         us = 0.0
         for name, curve in ops.items():
@@ -108,10 +115,16 @@ class SmShareCost:
                 us += self._gemm(self.gemms[name], t, tokens, f)
             else:  # element-wise: memory-bound
                 us += self._scaled(t, 0.0, 1.0, f)
-        return us + (2.0 * float(self.cost.allreduce_us(tokens)) if allreduce else 0.0)
+        us = self._memo[key] = us + (2.0 * float(self.cost.allreduce_us(tokens)) if allreduce
+                                     else 0.0)
+        return us
 
     def lm_us(self, rows: int, f: float) -> float:
-        return self._gemm(self.lm, float(self.cost.ops.lm_head(rows)), rows, f)
+        key = ("lm", rows, f)
+        us = self._memo.get(key)
+        if us is None:
+            us = self._memo[key] = self._gemm(self.lm, float(self.cost.ops.lm_head(rows)), rows, f)
+        return us
 
     def decode_layer_us(self, batch: int, ctx_sum: int, f: float, ctx_max: int | None = None,
                         allreduce: bool = True) -> float:
@@ -141,6 +154,25 @@ class SmShareCost:
             return float(self.cost.decode_only_s(batch, ctx_sum, ctx_max))
         layer = self.decode_layer_us(batch, ctx_sum, f, ctx_max)
         return self._iteration_s(batch, batch, layer, self.lm_us(batch, f))
+
+    def decode_steps_s(self, batch: int, ctx_sum: np.ndarray, f: float,
+                       ctx_max: np.ndarray) -> np.ndarray:
+        """`decode_step_s` over arrays of Σ context and longest context (consecutive steps of
+        one batch): every operation elementwise, so each element is the scalar call's float."""
+        ctx_sum = np.asarray(ctx_sum, dtype=np.int64)
+        if f >= 1.0:
+            return np.asarray(self.cost.decode_only_s(batch, ctx_sum, ctx_max), dtype=np.float64)
+        hd = self.m.head_dim
+        t = np.asarray(self.cost.decode_attn(batch, ctx_sum, ctx_max), dtype=np.float64)
+        flops = 4.0 * self.nh * hd * ctx_sum
+        nbytes = 2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES
+        full = np.maximum(flops / self.P, nbytes / self.W)
+        share = np.maximum(flops / (self.compute(f) * self.P), nbytes / (self.bw(f) * self.W))
+        floor = np.minimum(t, FLOOR_MAX_US)
+        attn = np.where(full <= 0, t, floor + (t - floor) * share / np.where(full > 0, full, 1.0))
+        layer = self.dense_us(batch, f, True) + attn
+        return np.asarray(self._iteration_s(batch, batch, layer, self.lm_us(batch, f)),
+                          dtype=np.float64)
 
     def prefill_s(self, prompts: np.ndarray, f: float) -> float:
         """Whole prompts (no cached context) in one batch on share f."""

@@ -38,14 +38,14 @@ def per_rank(ufunc, x: np.ndarray, starts: list, decodes: list[list[int]]) -> li
     return out
 
 
-def leap_ranks(eng) -> int:
-    """Leap the engine's ranks over as many decode-only steps as fit before the next arrival
-    (at least 2; 0: step instead)."""
+def leap_ranks(eng, cap: int = LEAP_CAP) -> int:
+    """Leap the engine's ranks over as many decode-only steps as fit before the next arrival,
+    at most `cap` (at least 2; 0: step instead)."""
     t, bs, decodes = eng.ctx.table, eng.cfg.block_size, eng.decodes
     ids, starts, nd = flat_decodes(decodes)
     if len(ids) == 0:
         return 0
-    kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
+    kmax = int(min((t.output[ids] - t.generated[ids]).min(), cap, LEAP_CAP))
     c, held = t.computed[ids], t.blocks[ids]
     free = [p.num_free for p in eng.pools]
 

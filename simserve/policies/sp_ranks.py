@@ -94,7 +94,7 @@ class SpRanksEngine:
                 self._wake = None
                 self.clock = max(self.clock, env.now)
                 continue
-            if self.cfg.leap and not self.pending and not self.moving and self._leap():
+            if self.cfg.leap and self._leap_ok() and self._leap():
                 yield env.timeout(max(0.0, self.clock - env.now))
                 continue
             step = self._iteration()
@@ -245,6 +245,10 @@ class SpRanksEngine:
                                  self.ctx.table.num_emitted)
 
     # -- event leaping over decode-only steps ---------------------------------------------------
+    def _leap_ok(self) -> bool:
+        """Whether the next iterations are decode-only steps `_leap` may take."""
+        return not self.pending and not self.moving
+
     def _leap(self) -> int:
         return leap_ranks(self)
 

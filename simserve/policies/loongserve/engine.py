@@ -25,9 +25,16 @@ from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.loongserve.config import LoongServeConfig
+from simserve.policies.sp_leap import LEAP_CAP, leap_ranks
 from simserve.policies.sp_ranks import (RankView, SpRanksEngine, blocks_for, check_fits,
                                         instance_layout, shard_blocks)
+from simserve.sim.leap import largest_k, steps_before
 from simserve.kv_budget import gpu_kv_budget
+
+# Exact event leaping over decode-only stretches (byte-identical to stepping; tests set it
+# False to step one by one). Not a config field, so that configs and their hashes stay as they
+# were.
+LEAP = True
 
 
 class LoongEngine(SpRanksEngine):
@@ -47,6 +54,7 @@ class LoongEngine(SpRanksEngine):
 
     # -- LoongServe's iteration ---------------------------------------------------------------
     def _iteration(self):
+        self._prefill_memo = {}  # (k, batch) -> _prefill_s, for this iteration's decisions
         self._grow_decodes()
         nd, dctx = self._rank_states()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
@@ -57,10 +65,25 @@ class LoongEngine(SpRanksEngine):
         if not any(nd):
             return None
         self.num_decode_iters += 1
-        dt = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :],
-                                           np.asarray(self._rank_max())[None, :])[0])
+        # `decode_steps_s` at step 0: `decode_only_s`'s floats, from the cached per-rank lines
+        dt = float(self.cost.decode_steps_s(nd, dctx, self._rank_max(), 0, 1)[0])
         ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
         return dt, lambda: self._apply(ids, [], [])
+
+    def _leap_ok(self) -> bool:
+        """Decode-only stretches: no KV in flight, and either no prompt pending or prompts
+        waiting out `max_wait_tokens` decode iterations (at least 2 of them left)."""
+        return not self.moving and (
+            not self.pending or self.num_decode_iters + 2 <= self.lcfg.max_wait_tokens)
+
+    def _leap(self) -> int:
+        """Exact leap over decode-only steps, up to the next arrival, and while prompts wait,
+        up to the iteration that tries a prefill again; each leapt step is a decode
+        iteration, counted towards `max_wait_tokens` as a stepped one is."""
+        cap = self.lcfg.max_wait_tokens - self.num_decode_iters if self.pending else LEAP_CAP
+        k = leap_ranks(self, cap)
+        self.num_decode_iters += k
+        return k
 
     def _order(self) -> list[int]:
         t = self.ctx.table
@@ -134,8 +157,7 @@ class LoongEngine(SpRanksEngine):
         if self.lcfg.tbt_ms is None:
             return None
         _, dctx = self._rank_states()
-        dec = float(self.cost.decode_only_s(nd, np.asarray(dctx)[None, :],
-                                            np.asarray(self._rank_max())[None, :])[0]) \
+        dec = float(self.cost.decode_steps_s(nd, dctx, self._rank_max(), 0, 1)[0]) \
             if any(nd) else 0.0
         return max(0.0, self.lcfg.tbt_ms * 1e-3 - dec)
 
@@ -147,6 +169,20 @@ class LoongEngine(SpRanksEngine):
         return lo
 
     def _prefill_s(self, k: int, batch) -> float:
+        """One SP-k prefill iteration of `batch` ([(rid, new tokens)]); memoised within an
+        iteration (its cached tokens do not change until the iteration is applied)."""
+        memo = getattr(self, "_prefill_memo", None)
+        key = (k, tuple(batch))
+        if memo is not None:
+            v = memo.get(key)
+            if v is not None:
+                return v
+        v = self._prefill_s_now(k, batch)
+        if memo is not None:
+            memo[key] = v
+        return v
+
+    def _prefill_s_now(self, k: int, batch) -> float:
         t = self.ctx.table
         n = sum(m for _, m in batch)
         n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
@@ -208,20 +244,23 @@ class LoongEngine(SpRanksEngine):
                 if t.generated[rid] + 1 < t.output[rid]:
                     self._place(rid)
         chunks = [_Done(rid, m) for rid, m in batch]
-        total = max(dt, steps[-1][0] if steps else 0.0)
+        ends = steps[0]
+        total = max(dt, float(ends[-1]) if len(ends) else 0.0)
         start = self.clock
         return total, lambda: self._apply_prefill(start, chunks, finishing, steps)
 
     def _decode_steps_within(self, nd, dctx, span: float):
-        """[(end offset, ids)] of back-to-back decode steps, within `span`, on the instances that
+        """(end offsets, ids) of back-to-back decode steps, within `span`, on the instances that
         keep decoding; their KV for those steps is reserved here (a step that does not fit is
-        not run)."""
+        not run). Priced in growing runs (`decode_steps_s`, each step's floats as stepping's;
+        the running sum a cumulative sum, the same additions in the same order)."""
         t, bs = self.ctx.table, self.cfg.block_size
         keep = [r for r in range(self.R) if nd[r] > 0]
-        dmax = self._rank_max()
         if not keep:
-            return []
+            return np.zeros(0), None
+        dmax = self._rank_max()
         sub_nd = [nd[r] for r in keep]
+        sub_c, sub_m = [dctx[r] for r in keep], [dmax[r] for r in keep]
         per = [np.asarray(self.decodes[r], dtype=np.int64) for r in keep]
         ids = np.concatenate(per)
         left = int((t.output[ids] - t.generated[ids]).min())
@@ -229,21 +268,29 @@ class LoongEngine(SpRanksEngine):
         def extra(a, s):  # blocks beyond those held for s steps (the first is already held)
             return np.maximum(0, -(-(t.computed[a] + s) // bs) - t.blocks[a])
 
-        out, now, j = [], 0.0, 0
-        while now < span and j < left:
-            if j > 0 and any(int(extra(a, j + 1).sum()) > self.pools[r].num_free
-                             for r, a in zip(keep, per)):
-                break
-            d = np.asarray([dctx[r] + nd[r] * j for r in keep])[None, :]
-            m = np.asarray([dmax[r] + j for r in keep])[None, :]
-            now += float(self.cost.decode_only_s(sub_nd, d, m)[0])
-            out.append((now, ids))
-            j += 1
+        # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
+        # steps before it end within the span
+        kfit = largest_k(left, lambda s: s <= 1 or all(
+            int(extra(a, s).sum()) <= self.pools[r].num_free for r, a in zip(keep, per)))
+        count = 0
+        ends = np.zeros(0)
+        if span > 0.0 and kfit > 0:
+            parts, last, lo, n = [], 0.0, 0, 16
+            while lo < kfit:
+                d = self.cost.decode_steps_s(sub_nd, sub_c, sub_m, lo, min(n, kfit - lo))
+                e = np.cumsum(np.concatenate(([last], d)))[1:]
+                parts.append(e)
+                last, lo, n = float(e[-1]), lo + len(e), 2 * n
+                if last >= span:
+                    break
+            ends = np.concatenate(parts)
+            count = steps_before(ends, kfit, span)
+            ends = ends[:count]
         for r, a in zip(keep, per):
-            nb = extra(a, len(out))
+            nb = extra(a, count)
             self.pools[r].allocate(int(nb.sum()))
             t.blocks[a] += nb
-        return out
+        return ends, ids
 
     def _place(self, rid: int) -> None:
         """Scale-down: the most-used instance that can hold the whole KV plus the output reserve
@@ -272,9 +319,13 @@ class LoongEngine(SpRanksEngine):
 
     def _apply_prefill(self, start: float, chunks, finishing, steps) -> None:
         t = self.ctx.table
-        for end, ids in steps:  # decode steps of the instances that kept decoding
-            t.computed[ids] += 1
-            done = t.emit(ids, start + end)
+        ends, ids = steps  # decode steps of the instances that kept decoding
+        k = len(ends)
+        if k:  # only the last can finish a request (steps <= the fewest tokens left)
+            t.computed[ids] += k
+            if k > 1:
+                t.emit_many(ids, start + ends[:k - 1])
+            done = t.emit(ids, start + float(ends[k - 1]))
             if len(done):
                 self._finish(done)
         fin = set(finishing)
@@ -292,7 +343,7 @@ class _Shim:
     """The fields `SpRanksEngine` reads from its config."""
 
     def __init__(self, cfg: LoongServeConfig):
-        self.tp, self.block_size, self.leap = cfg.tp, cfg.block_size, False
+        self.tp, self.block_size, self.leap = cfg.tp, cfg.block_size, LEAP
 
 
 @register("loongserve", LoongServeConfig)

@@ -92,12 +92,18 @@ class MuxWiseEngine:
 
     def decode_sms(self, batch: int, ctx_sum: int, ctx_max: int | None = None) -> int:
         """Fewest decode SMs whose contended step meets the TBT (the largest group if none)."""
+        return self._choose(batch, ctx_sum, ctx_max)[0]
+
+    def _choose(self, batch: int, ctx_sum: int, ctx_max: int | None) -> tuple[int, float]:
+        """`decode_sms` and the contended step time on them (priced once)."""
+        d = 0.0
         for sms in self.choices:
             f = sms / self.sms
             a = self.contention(f)[0]
-            if a * self.cost.decode_step_s(batch, ctx_sum, f, ctx_max) <= self.tbt_s:
-                return sms
-        return self.choices[-1]
+            d = a * self.cost.decode_step_s(batch, ctx_sum, f, ctx_max)
+            if d <= self.tbt_s:
+                return sms, d
+        return self.choices[-1], d
 
     def _start_batch(self) -> None:
         t, pool = self.ctx.table, self.pool
@@ -159,6 +165,11 @@ class MuxWiseEngine:
                 yield from self._decode_leap()
                 continue
             else:
+                if self.cfg.leap:
+                    plan = self._mixed_plan()
+                    if plan is not None:
+                        yield from self._mixed_leap(*plan)
+                        continue
                 yield from self._mixed_step(joiners)
             self.running += joiners
             rec.num_steps_scheduled += 1
@@ -196,14 +207,79 @@ class MuxWiseEngine:
         self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
                                  self.pool.num_used, t.num_emitted)
 
+    def _choose_many(self, batch: int, ctx_sum: np.ndarray, ctx_max: np.ndarray):
+        """`_choose` for consecutive steps (arrays of Σ context and longest): the decode SMs and
+        contended step time of each, the same floats as one step at a time."""
+        m = len(ctx_sum)
+        sms_out = np.full(m, self.choices[-1], dtype=np.int64)
+        d_out = np.empty(m)
+        todo = np.arange(m)
+        for i, sms in enumerate(self.choices):
+            f = sms / self.sms
+            a = self.contention(f)[0]
+            d = a * self.cost.decode_steps_s(batch, ctx_sum[todo], f, ctx_max[todo])
+            sel = (d <= self.tbt_s) | (i == len(self.choices) - 1)
+            sms_out[todo[sel]] = sms
+            d_out[todo[sel]] = d[sel]
+            todo = todo[~sel]
+            if not len(todo):
+                break
+        return sms_out, d_out
+
+    def _mixed_plan(self):
+        """Exact leap over split steps (decode on its SM share, the prefill batch advancing on
+        the rest) that do not end the prefill: each step's SMs and time as `_mixed_step` picks
+        them (`_choose_many`), the prefill's remaining fraction updated step by step with the
+        same float operations; at most up to a decode finishing, and steps after the first start
+        before the next arrival (as `_decode_leap`). (ids, ends, sms per step, left) or None."""
+        t = self.ctx.table
+        ids, S = self._decode_ids()
+        n = len(ids)
+        kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
+        if kmax < 2:
+            return None
+        cmax = int(t.computed[ids].max()) + 1
+        arrival = self.ctx.source.next_arrival_s
+        clock, left = self.clock, self.left
+        ends, chosen = [], []
+        j, chunk = 0, 16
+        while j < kmax:
+            steps = np.arange(j, min(j + chunk, kmax), dtype=np.int64)
+            sms_arr, d_arr = self._choose_many(n, S + n * steps, cmax + steps)
+            for sms, d in zip(sms_arr.tolist(), d_arr.tolist()):
+                end = clock + d
+                tp = self._prefill_s(1.0 - sms / self.sms)
+                if clock + left * tp <= end:  # the prefill ends in this step: step it
+                    return (ids, ends, chosen, left) if ends else None
+                left -= (end - clock) / tp
+                ends.append(end)
+                chosen.append(sms)
+                clock = end
+                j += 1
+                if end >= arrival:
+                    return ids, ends, chosen, left
+            chunk *= 2
+        return ids, ends, chosen, left
+
+    def _mixed_leap(self, ids, ends, chosen, left):
+        env, t = self.ctx.env, self.ctx.table
+        k = len(ends)
+        self.left = left
+        self.num_split_steps += k
+        self.decode_sms_sum += sum(chosen)
+        yield env.timeout(max(0.0, ends[-1] - env.now))
+        self._finish_decode(ids, k, np.asarray(ends))
+        self.ctx.recorder.num_steps_scheduled += 1
+        self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
+                                 self.pool.num_used, t.num_emitted)
+
     def _mixed_step(self, joiners: list[int]):
         """One decode step on its SM share while the prefill stream advances on the rest."""
         env = self.ctx.env
         ids, S = self._decode_ids()
         cmax = int(self.ctx.table.computed[ids].max()) + 1
-        sms = self.decode_sms(len(ids), S, cmax)
+        sms, d = self._choose(len(ids), S, cmax)
         f = sms / self.sms
-        d = self.contention(f)[0] * self.cost.decode_step_s(len(ids), S, f, cmax)
         end = self.clock + d
         t0 = self.clock
         while self.batch is not None and t0 < end:

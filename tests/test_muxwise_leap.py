@@ -1,0 +1,85 @@
+"""Exact event leaping in `muxwise`: decode-alone stretches and split steps (decode on its SM
+share while the prefill batch advances on the rest) leapt (leap: true) give byte-identical
+per-token times, SM choices and KV peaks to stepping every decode step (leap: false); the
+vectorised SM-share step prices are the scalar ones."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simserve.cost import GpuCostModel
+from simserve.hardware.setup import HardwareConfig, resolve_hardware
+from simserve.models import get_model
+from simserve.policies.muxwise.engine import MuxWiseEngine
+from simserve.cost.smshare import SmShareCost
+from simserve.run import simulate_point
+from tests.helpers import assert_run_complete, requests
+
+H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
+EXAMPLES = int(os.environ.get("MUXWISE_EXAMPLES", 40))
+
+
+@st.composite
+def scenarios(draw):
+    busy = draw(st.booleans())
+    w, prompt, output, need = draw(requests(40, 8000, 400, 0.05) if busy else
+                                   requests(25, 8000, 300, 0.4))
+    return w, dict(
+        num_gpu_blocks_override=draw(st.integers(need, 4 * need)),
+        prefill_max_tokens=draw(st.sampled_from([512, 8192, 16384])),
+        scheduler=draw(st.sampled_from(["fcfs", "srpt"])),
+        tbt_ms=draw(st.sampled_from([5.0, 20.0, 50.0, 100.0])),
+        bw_saturation=draw(st.sampled_from([None, 0.5])),
+        tp=draw(st.sampled_from([2, 4])))
+
+
+def _run(w, model, **params):
+    """The point, and its engines (for their split-step counters)."""
+    engines = []
+    init = MuxWiseEngine.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        engines.append(self)
+    MuxWiseEngine.__init__ = spy
+    try:
+        return simulate_point(w, model, H100X4, "muxwise", **params), engines
+    finally:
+        MuxWiseEngine.__init__ = init
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from(["llama-3.1-8b", "qwen3-14b"]))
+def test_leaping_matches_stepping_exactly(sc, model):
+    w, params = sc
+    a, ea = _run(w, model, **params)
+    b, eb = _run(w, model, leap=False, **params)
+    assert_run_complete(a, w, params["num_gpu_blocks_override"])
+    for f in ("token_times_s", "first_token_s", "finish_s", "num_preemptions"):
+        assert np.array_equal(getattr(a.records, f), getattr(b.records, f)), f
+    for key in ("sim_end_s", "num_iterations", "peak_kv_blocks"):
+        assert a.stats[key] == b.stats[key], key
+    sa = [(e.num_split_steps, e.decode_sms_sum, e.left, e.clock) for e in ea]
+    sb = [(e.num_split_steps, e.decode_sms_sum, e.left, e.clock) for e in eb]
+    assert sa == sb
+    assert a.stats["num_iterations_stepped"] <= b.stats["num_iterations_stepped"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 30000), st.integers(0, 4000),
+       st.sampled_from([16 / 132, 24 / 132, 0.25, 64 / 132, 1.0]), st.sampled_from([None, 0.5]),
+       st.integers(1, 40))
+def test_vectorised_step_prices_are_the_scalar_ones(b, per_seq, extra, f, bw_sat, n):
+    hw = H100X4
+    cost = GpuCostModel(get_model("qwen3-14b"), hw.gpu, 4, hw.nvlink)
+    c = SmShareCost(cost, bw_sat or 0.5,
+                    curves=hw.gpu.overheads.get("sm_share") if bw_sat is None else None)
+    steps = np.arange(n, dtype=np.int64)
+    S = b * per_seq + extra + b * steps
+    M = per_seq + extra + 1 + steps
+    got = c.decode_steps_s(b, S, f, M).tolist()
+    want = [c.decode_step_s(b, int(s), f, int(m)) for s, m in zip(S, M)]
+    assert got == want
