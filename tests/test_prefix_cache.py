@@ -24,7 +24,8 @@ def hashed(arrival, prompt, output, hash_ids):
 
 
 def queue_total(pool) -> int:
-    return sum(v if type(k) is tuple else 1 for k, v in pool._q.items())
+    return sum(1 if v is None else v if type(v) is int else v[1] - v[0]
+               for v in pool._q.values())
 
 
 # -- the pool ---------------------------------------------------------------------------------
@@ -65,17 +66,35 @@ def test_hashes_share_exactly_the_blocks_of_shared_hash_ids():
     a, b, c = (hs.hashes(r, 93) for r in range(3))
     assert a[:64] == b[:64] and a[64] != b[64]       # two shared 512-token blocks = 64 blocks
     assert not set(a) & set(c)                       # same later ids, other first: chained
-    # 1500 prompt tokens: 93 full blocks; blocks 93 on hold output tokens -> per request
-    assert hs.hashes(0, 95)[93] != hs.hashes(1, 95)[93]
-    # only whole-prompt blocks take prompt keys: request 2 has 62 full prompt blocks
-    assert hs.hashes(2, 63)[62] not in set(hs.hashes(0, 93))
+    # only whole-prompt blocks take prompt keys (1500 tokens: 93 full blocks; 1000: 62); the
+    # blocks after them, output tokens included, are private to the request
+    assert [hs.shared_count(r) for r in range(3)] == [93, 93, 62]
+    assert len(hs.hashes(0, 200)) == 93
 
 
 def test_requests_without_hash_ids_share_nothing():
     t = RequestTable(workload([0, 0], [640, 640], [5, 5]))
     hs = BlockHasher(t, 16)
-    assert not set(hs.hashes(0, 40)) & set(hs.hashes(1, 40))
-    assert hs.hashes(0, 40) == BlockHasher(t, 16).hashes(0, 40)  # deterministic
+    assert hs.shared_count(0) == hs.shared_count(1) == 0 and hs.hashes(0, 40) == []
+    t2 = RequestTable(hashed([0], [1500], [5], [[7, 8, 9]]))
+    assert BlockHasher(t2, 16).hashes(0, 93) == BlockHasher(t2, 16).hashes(0, 93)
+
+
+def test_private_runs_are_evicted_from_their_end_and_only_their_owner_hits_them():
+    p = PrefixCachingBlockPool("t", 10)
+    p.allocate(10)
+    assert p.register(5)
+    # request 3 held [shared 5 | private 1..6 | 3 anonymous]: freed tail first
+    p.free(3)
+    p.release_private(3, 1, 7)
+    p.release([5])
+    assert p.num_free == 10 and queue_total(p) == 10 and p.num_cached() == 7
+    p.allocate(5)          # 3 anonymous, then private blocks 6 and 5
+    assert p.private_cached(3) == (1, 4) and p.num_evictions == 2
+    p.touch_private(3, 3)  # takes blocks 1..3 back; block 4 is unreachable now: anonymous
+    assert p.private_cached(3) == (0, 0) and p.num_free == 2 and queue_total(p) == 2
+    p.allocate(1)          # the former block 4 (anonymous): the shared block 5 survives
+    assert p.ref == {5: 0} and p.num_evictions == 2
 
 
 # -- the engine ----------------------------------------------------------------------------------

@@ -289,50 +289,78 @@ class ChunkedEngine:
         raise NotImplementedError
 
     # -- prefix caching (vLLM V1's KVCacheManager over a PrefixCachingBlockPool) -------------
-    def _lookup(self, r: int) -> tuple[list, int, int]:
-        """(hashes of r's cacheable blocks, blocks hit, hit blocks now in the free queue)."""
+    # A request's blocks: [shared (prompt keys, hashed; `_reg`) | private (its own content,
+    # cached as one run when freed) | anonymous tail (the partial block, blocks not full)].
+    def _lookup(self, r: int) -> tuple[list, int, int, int]:
+        """(r's shared hashes, shared blocks hit, private blocks hit, hit blocks now in the
+        free queue)."""
         t, pool = self.ctx.table, self.pool
         key = (r, pool.epoch, int(t.num_tokens[r]))
         if self._look is not None and self._look[0] == key:
             return self._look[1]
         # a full hit still recomputes the last token: at most (num_tokens - 1) // bs blocks
-        hashes = self._hasher.hashes(r, (int(t.num_tokens[r]) - 1) // pool.block_size)
+        most = (int(t.num_tokens[r]) - 1) // pool.block_size
+        sc = self._hasher.shared_count(r)
+        hashes = self._hasher.hashes(r, most)
         h, e = pool.lookup(hashes)
-        self._look = (key, (hashes, h, e))
-        return hashes, h, e
+        p = 0
+        if h == sc:  # the whole shared part hit: the private run, if cached, follows it
+            lo, cnt = pool.private_cached(r)
+            if cnt and lo == sc:
+                p = min(cnt, most - h)
+        out = (hashes, h, p, e + p)
+        self._look = (key, out)
+        return out
 
-    def _claim_prefix(self, r: int, hashes: list, h: int) -> None:
-        """r (computed 0, no blocks) takes its h cached blocks and starts after them."""
-        t = self.ctx.table
-        self.pool.touch(hashes[:h])
+    def _claim_prefix(self, r: int, hashes: list, h: int, p: int) -> None:
+        """r (computed 0, no blocks) takes its h + p cached blocks and starts after them."""
+        t, pool = self.ctx.table, self.pool
+        pool.touch(hashes[:h])
+        if p:
+            pool.touch_private(r, p)
+        else:
+            pool.drop_private(r)  # unreachable behind a miss: as good as uncached
         self._reg[r] = hashes[:h]
-        t.blocks[r] = h
-        t.computed[r] = h * self.pool.block_size
+        t.blocks[r] = h + p
+        t.computed[r] = (h + p) * pool.block_size
         self.pc.record(int(t.num_tokens[r]), int(t.computed[r]), bool(t.preemptions[r] > 0))
 
     def _cache_upto(self, r: int, tokens: int) -> None:
-        """Hash r's blocks that are full once `tokens` tokens have KV (vLLM `cache_blocks`)."""
-        full = tokens // self.pool.block_size
+        """Hash r's shared blocks that are full once `tokens` tokens have KV (vLLM
+        `cache_blocks`); its private blocks are cached when it frees them (only r can hit
+        them, and only after that)."""
         reg = self._reg.setdefault(r, [])
+        full = min(tokens // self.pool.block_size, self._hasher.shared_count(r))
         if full > len(reg):
             pool = self.pool
             for x in self._hasher.hashes(r, full)[len(reg):]:
                 reg.append(x if pool.register(x) else None)
 
     def _cache_scheduled(self, ids: np.ndarray, n: np.ndarray) -> None:
-        """Cache the blocks this step's prefill chunks fill (decodes: when freed)."""
+        """Cache the shared blocks this step's prefill chunks fill."""
+        if self._hasher.hash_ids is None:
+            return  # no shared blocks at all
         t = self.ctx.table
         pre = (n > 1) | (t.generated[ids] == 0)
         for r, k in zip(ids[pre].tolist(), n[pre].tolist()):
             self._cache_upto(r, int(t.computed[r]) + k)
 
     def _release(self, r: int) -> None:
-        """Free r's blocks tail first: anonymous ones, then its hashed ones in reverse."""
-        t = self.ctx.table
-        self._cache_upto(r, int(t.computed[r]))
+        """Free r's blocks tail first: the anonymous tail, its private run, then its shared
+        blocks in reverse."""
+        t, pool = self.ctx.table, self.pool
+        c = int(t.computed[r])
+        self._cache_upto(r, c)
         reg = self._reg.pop(r, [])
-        self.pool.free(int(t.blocks[r]) - len(reg))
-        self.pool.release(reversed(reg))
+        sc = self._hasher.shared_count(r)
+        full = c // pool.block_size
+        npriv = full - sc if len(reg) == sc and full > sc else 0
+        pool.free(int(t.blocks[r]) - len(reg) - npriv)
+        if npriv:
+            pool.release_private(r, sc, full)
+        else:
+            pool.drop_private(r)
+        pool.release(reversed(reg))
 
     def _admit_cached(self, ids, n):
         t, bs = self.ctx.table, self.pool.block_size
@@ -340,16 +368,17 @@ class ChunkedEngine:
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
-            hashes, h, e = self._lookup(r)
-            k = min(int(t.num_tokens[r]) - h * bs, left)
-            t.computed[r], t.blocks[r] = h * bs, h  # what `_admission_blocks` sees
+            hashes, h, p, e = self._lookup(r)
+            hit = (h + p) * bs
+            k = min(int(t.num_tokens[r]) - hit, left)
+            t.computed[r], t.blocks[r] = hit, h + p  # what `_admission_blocks` sees
             nb = self._admission_blocks(r, k)
             t.computed[r] = t.blocks[r] = 0
             if not self.pool.can_allocate(nb + e):  # touched free blocks leave the free queue
                 break
-            self._claim_prefix(r, hashes, h)
+            self._claim_prefix(r, hashes, h, p)
             self._grow(r, nb)
-            self._cache_upto(r, h * bs + k)
+            self._cache_upto(r, hit + k)
             self.waiting.popleft()
             self.running.append(r)
             new_ids.append(r)
@@ -366,9 +395,9 @@ class ChunkedEngine:
         # never shrink (vllm, sarathi) but the evictable hits can, so r counts as admissible
         # if the new blocks alone fit (a leap then stops; stepping is exact).
         t, bs = self.ctx.table, self.pool.block_size
-        _, h, _ = self._lookup(r)
-        k = min(int(t.num_tokens[r]) - h * bs, left)
-        t.computed[r], t.blocks[r] = h * bs, h
+        _, h, p, _ = self._lookup(r)
+        k = min(int(t.num_tokens[r]) - (h + p) * bs, left)
+        t.computed[r], t.blocks[r] = (h + p) * bs, h + p
         nb = self._admission_blocks(r, k)
         t.computed[r] = t.blocks[r] = 0
         return nb <= free_blocks

@@ -62,11 +62,11 @@ class ChunkedBaselineEngine(VllmEngine):
                and left(self.waiting[0]) < longest):
             r = self.waiting[0]
             if self.pc is not None:  # prefix caching: it claims its cached prefix first
-                hashes, h, e = self._lookup(r)
-                need = -(-int(t.num_tokens[r]) // self.pool.block_size) - h + e
+                hashes, h, p, e = self._lookup(r)
+                need = -(-int(t.num_tokens[r]) // self.pool.block_size) - h - p + e
                 if need > free:
                     break
-                self._claim_prefix(r, hashes, h)
+                self._claim_prefix(r, hashes, h, p)
                 free -= need
                 self.running.append(self.waiting.popleft())
                 self.running.sort(key=left)

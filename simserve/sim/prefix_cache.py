@@ -12,10 +12,11 @@ a request lies in Mooncake block m = j * 16 // 512 at sub-index s = j mod 32, an
 so two requests that share their first k hash_ids share their first 32k KV-block hashes (and
 no more: block 32k belongs to a different Mooncake block). Only blocks that lie wholly inside
 the prompt take prompt keys. Every other block - one holding generated tokens, or any block
-of a request without hash_ids (Azure, synthetic traces) - gets a key unique to the request:
-nobody else can hit it, but the request itself can, after a preemption, as in vLLM (whose
-hashes cover output tokens too). `mix` is splitmix64 on 64-bit integers: deterministic across
-runs and processes (no Python string hashing).
+of a request without hash_ids (Azure, synthetic traces) - is private to the request: nobody
+else can hit it, but the request itself can, after a preemption, as in vLLM (whose hashes
+cover output tokens too). Private blocks need no hash: the pool keeps them as one run per
+request, positions shared_count .. (see `PrefixCachingBlockPool`). `mix` is splitmix64 on
+64-bit integers: deterministic across runs and processes (no Python string hashing).
 """
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ from simserve.errors import ConfigError
 _M64 = (1 << 64) - 1
 _SALT_CHAIN = 0x243F6A8885A308D3
 _SALT_SUB = 0x13198A2E03707344
-_SALT_REQ = 0xA4093822299F31D0
-_SALT_TAIL = 0x082EFA98EC4E6C89
 
 
 def _mix(x: int) -> int:
@@ -59,7 +58,7 @@ class BlockHasher:
                 raise ConfigError(f"prefix caching: the trace's hash blocks of {m} tokens are "
                                   f"not a multiple of block_size {self.bs}")
             self.sub = m // self.bs
-        self._prompt: dict[int, list[int]] = {}
+        self._prompt: dict[int, list[int]] = {}  # rid -> its prompt keys
 
     def _prompt_keys(self, rid: int) -> list[int]:
         keys = self._prompt.get(rid)
@@ -81,15 +80,14 @@ class BlockHasher:
             self._prompt[rid] = keys
         return keys
 
+    def shared_count(self, rid: int) -> int:
+        """How many leading blocks take prompt keys (others can hit them); the blocks after
+        them are private to the request (see `PrefixCachingBlockPool`'s private runs)."""
+        return len(self._prompt_keys(rid))
+
     def hashes(self, rid: int, n: int) -> list[int]:
-        """Hashes of blocks 0 .. n-1 of request `rid` (n full blocks)."""
-        keys = self._prompt_keys(rid)
-        if n <= len(keys):
-            return keys[:n]
-        salt = np.uint64(_mix((rid ^ _SALT_REQ) & _M64))
-        j = np.arange(len(keys), n, dtype=np.uint64)
-        tail = _mix_np(salt ^ _mix_np(j ^ np.uint64(_SALT_TAIL))).tolist()
-        return keys + tail
+        """Hashes of the shared blocks 0 .. min(n, shared_count) - 1 of request `rid`."""
+        return self._prompt_keys(rid)[:n]
 
     def forget(self, rid: int) -> None:
         self._prompt.pop(rid, None)
