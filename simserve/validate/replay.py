@@ -53,8 +53,9 @@ class ExecutorCost:
 
 def replay_params(graph_max_tokens: int = 1 << 20) -> dict:
     """Policy parameters both runs share: every iteration under a CUDA graph, as the executor
-    runs them."""
-    return {"graph_max_tokens": graph_max_tokens}
+    runs them; no prefix caching (the executor computes every scheduled token, and the stored
+    replays predate the cache)."""
+    return {"graph_max_tokens": graph_max_tokens, "enable_prefix_caching": False}
 
 
 def run_pair(workload, model: str, hardware, measure=None, policy: str = "vllm",
