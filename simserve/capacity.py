@@ -33,7 +33,8 @@ def _metric_keys() -> tuple[str, ...]:
     from simserve.sim.records import RequestRecords
     z, i = np.zeros(0), np.zeros(0, dtype=np.int64)
     empty = RequestRecords(z, i, i, z, z, np.zeros(1, dtype=np.int64), z, i)
-    return ("num_requests", "num_capped", *summarize(empty, SLO(1, 1)))
+    return ("num_requests", "num_capped", "num_dropped", "prefix_cache_hit_rate",
+            "prefix_cache_saved_tokens", *summarize(empty, SLO(1, 1)))
 
 
 METRIC_KEYS = _metric_keys()

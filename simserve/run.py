@@ -63,6 +63,15 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         kv_blocks_in_use_at_end=[e.pool.num_used for e in engines],
         kv_capacity_blocks=[e.pool.num_blocks for e in engines],
     )
+    pts = [e.prefill_tokens for e in engines if hasattr(e, "prefill_tokens")]
+    if pts:
+        stats["prefill_tokens_computed"] = int(sum(pts))
+    pcs = [s for e in engines if hasattr(e, "prefix_cache_stats")
+           for s in [e.prefix_cache_stats()] if s is not None]
+    if pcs:
+        from simserve.sim.prefix_cache import summarize_prefix_cache
+        stats["prefix_cache"] = pcs
+        stats["prefix_cache_summary"] = summarize_prefix_cache(pcs)
     if table.num_finished != table.n:
         raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
                            "requests (a policy stalled)")

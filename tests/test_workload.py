@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from simserve.errors import ConfigError, SimserveError, TraceFormatError
 from simserve.workload import (Workload, build_workload, cap_context, clear_trace_cache,
+                               drop_overlong,
                                fetch_trace, first_n, gamma_arrivals, load_manifest,
                                lognormal_from_quantiles, normalize_exponential, read_azure_csv,
                                read_mooncake_jsonl, read_plain_csv, read_trace, resolve_trace,
@@ -220,6 +221,38 @@ def test_cap_context(pairs, max_context):
     assert np.array_equal(w.prompt_tokens, np.minimum(p, max_context - 1))
 
 
+def test_drop_overlong_keeps_order_and_hash_ids():
+    p = np.array([10, 90, 30, 100, 5], dtype=np.int64)
+    o = np.array([5, 20, 1, 1, 95], dtype=np.int64)
+    hids = tuple(np.array([i]) for i in range(5))
+    w = drop_overlong(Workload(np.arange(5.0), p, o, hash_ids=hids), 100)
+    assert w.num_dropped == 2 and w.num_capped == 0
+    assert w.prompt_tokens.tolist() == [10, 30, 5] and w.arrival_s.tolist() == [0, 2, 4]
+    assert [int(h[0]) for h in w.hash_ids] == [0, 2, 4]
+    with pytest.raises(ConfigError, match="all 1 requests exceed"):
+        drop_overlong(Workload(np.zeros(1), p[:1], o[:1] + 100), 100)
+
+
+def test_mooncake_hash_ids_survive_first_n_and_drop():
+    path = shared(MC_CONV)
+    raw = read_mooncake_jsonl(path)
+    assert len(raw.hash_ids) == len(raw) and raw.hash_block_tokens == 512
+    assert all(len(h) == -(-int(p) // 512) for h, p in zip(raw.hash_ids, raw.prompt_tokens))
+    w = build_workload(str(path), num_requests=300, arrival="poisson", rate=1.0, seed=0,
+                       max_context=32768)
+    over = int((raw.prompt_tokens[:300] + raw.output_tokens[:300] > 32768).sum())
+    assert over > 0 and w.num_dropped == over and len(w) == 300 - over
+    keep = np.flatnonzero(raw.prompt_tokens[:300] + raw.output_tokens[:300] <= 32768)
+    assert all(np.array_equal(a, raw.hash_ids[i]) for a, i in zip(w.hash_ids, keep))
+    assert (len(w) - 1) / w.arrival_s[-1] == pytest.approx(1.0)  # the kept ones at `rate`
+    c = build_workload(str(path), num_requests=300, arrival="poisson", rate=1.0, seed=0,
+                       max_context=32768, overlong="cap")
+    assert len(c) == 300 and c.num_capped == over and c.num_dropped == 0
+    with pytest.raises(ConfigError, match="overlong"):
+        build_workload(str(path), num_requests=3, arrival="poisson", rate=1.0, seed=0,
+                       max_context=32768, overlong="truncate")
+
+
 # -- build -------------------------------------------------------------------------------------
 def test_build_synthetic_same_requests_at_every_rate():
     a = build_workload("synthetic-code", num_requests=300, arrival="poisson", rate=1.0, seed=4)
@@ -265,7 +298,7 @@ def test_build_trace_order_and_cache(monkeypatch):
     real = build_mod.read_trace
     monkeypatch.setattr(build_mod, "read_trace", lambda p: calls.append(p) or real(p))
     clear_trace_cache()
-    kw = dict(num_requests=500, seed=1, start=100, max_context=1024)
+    kw = dict(num_requests=500, seed=1, start=100, max_context=1024, overlong="cap")
     t = build_workload(str(path), arrival="trace", rate=None, **kw)
     s = build_workload(str(path), arrival="scale", rate=2.0, **kw)
     assert len(calls) == 1

@@ -61,6 +61,17 @@ class ChunkedBaselineEngine(VllmEngine):
         while (self.waiting and len(self.running) < self.max_seqs and longest > 1
                and left(self.waiting[0]) < longest):
             r = self.waiting[0]
+            if self.pc is not None:  # prefix caching: it claims its cached prefix first
+                hashes, h, p, e = self._lookup(r)
+                need = -(-int(t.num_tokens[r]) // self.pool.block_size) - h - p + e
+                if need > free:
+                    break
+                self._claim_prefix(r, hashes, h, p)
+                free -= need
+                self.running.append(self.waiting.popleft())
+                self.running.sort(key=left)
+                longest = left(self.running[-1])
+                continue
             need = self._blocks_needed(r, int(t.num_tokens[r]))
             if need > free:
                 break

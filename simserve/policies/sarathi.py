@@ -19,6 +19,9 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 class SarathiEngine(ChunkedEngine):
     kind = "sarathi"
+    # Sarathi-Serve's own system has no automatic prefix caching; `enable_prefix_caching:
+    # true` turns on the shared pool's (vLLM's) cache for it
+    prefix_caching_default = False
 
     def _schedule_running(self):
         if not self.running:

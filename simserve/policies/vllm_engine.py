@@ -11,6 +11,15 @@ Sarathi-Serve (§3): decodes first (a decode that cannot grow preempts the tail 
 list), then partial prefills, then new prompts FCFS, each admitted only if the KV of its whole
 prompt can be reserved at once.
 
+With `enable_prefix_caching` (vLLM V1's default) the pool is a `PrefixCachingBlockPool`: a
+request taken from the waiting queue (new, or preempted and back) first claims the longest
+cached prefix of its full blocks (never its last token: at most (num_tokens - 1) // block_size
+blocks, as `get_computed_blocks`), starts its prefill after it and pays only for the new
+blocks plus the cached ones it pulls out of the free queue. Prompt blocks are hashed when a
+chunk that fills them is scheduled (`cache_blocks`); blocks filled by decodes are hashed when
+the request frees them (only the request itself can ever hit those, and only after that).
+Freed blocks keep their hashes until LRU eviction reuses them.
+
 Between interesting events (an arrival, a request finishing, a KV shortfall) a decode-only
 engine repeats one step with contexts one longer; `_leap` advances k such steps at once with
 results identical to stepping (tests check this), which is where the speed comes from.
@@ -26,9 +35,10 @@ from simserve.cost.host import engine_host
 from simserve.errors import ConfigError
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.sim.context import SimContext
-from simserve.sim.kv import BlockPool
+from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
 from simserve.sim.leap import decode_ends, largest_k, steps_before
 from simserve.kv_budget import gpu_kv_budget
+from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
 
@@ -38,6 +48,7 @@ class ChunkedEngine:
     `_admission_blocks`; parameters are in `vllm_engine_config.py`, replicas in `replicas.py`."""
 
     kind = "vllm"
+    prefix_caching_default: bool | None = None  # None: vLLM's default for `vllm_version`
 
     def __init__(self, ctx: SimContext, cfg: ChunkedConfig, index: int, gpus: list[int]):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
@@ -53,7 +64,21 @@ class ChunkedEngine:
         if blocks < 1:
             raise ConfigError(f"policy {self.kind}: no memory left for KV on {hw.gpu.name} at TP"
                               f"{cfg.tp} ({kv.summary()}); use a larger TP degree or GPU")
-        self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
+        pc = cfg.enable_prefix_caching
+        if pc is None:
+            pc = (r["enable_prefix_caching"] if self.prefix_caching_default is None
+                  else self.prefix_caching_default)
+        r["enable_prefix_caching"] = pc
+        self.pc = None  # prefix caching state, when on
+        if pc:
+            self.pool = PrefixCachingBlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
+            self.pc = PrefixCacheStats()
+            self._hasher = BlockHasher(ctx.table, cfg.block_size)
+            self._reg: dict[int, list] = {}  # rid -> hashes of its leading blocks (None: anon)
+            self._look: tuple | None = None  # memo of the last lookup
+        else:
+            self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
+        self.prefill_tokens = 0  # prompt (and recomputed) tokens computed, prefix hits excluded
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
         try:
             host = engine_host(hw.gpu, cfg.engine, cfg.vllm_version)
@@ -118,7 +143,10 @@ class ChunkedEngine:
 
     def _preempt(self, rid: int) -> None:
         t = self.ctx.table
-        self.pool.free(int(t.blocks[rid]))
+        if self.pc is not None:
+            self._release(rid)
+        else:
+            self.pool.free(int(t.blocks[rid]))
         t.blocks[rid] = 0
         t.computed[rid] = 0
         t.preemptions[rid] += 1
@@ -153,6 +181,8 @@ class ChunkedEngine:
 
     def _schedule(self) -> tuple[np.ndarray, np.ndarray]:
         ids, n, preempted = self._schedule_running()
+        if self.pc is not None and len(ids):
+            self._cache_scheduled(ids, n)
         if not preempted:
             ids, n = self._admit(ids, n)
         return ids, n
@@ -168,6 +198,7 @@ class ChunkedEngine:
             num_tokens=int(n.sum()), prefill_chunks=n[pre], prefill_ctx=c[pre],
             num_decodes=int(dec.sum()), decode_ctx_sum=int((c[dec] + 1).sum()),
             num_sample_rows=int(sample.sum()), decode_ctx=c[dec] + 1)
+        self.prefill_tokens += shape.num_tokens - shape.num_decodes
         return shape, sample
 
     def _apply(self, ids: np.ndarray, n: np.ndarray, sample: np.ndarray) -> None:
@@ -181,7 +212,12 @@ class ChunkedEngine:
 
     def _finish(self, done: np.ndarray) -> None:
         t = self.ctx.table
-        self.pool.free(int(t.blocks[done].sum()))
+        if self.pc is not None:
+            for r in done.tolist():
+                self._release(r)
+                self._hasher.forget(r)
+        else:
+            self.pool.free(int(t.blocks[done].sum()))
         t.blocks[done] = 0
         gone = set(done.tolist())
         self.running = [r for r in self.running if r not in gone]
@@ -221,6 +257,10 @@ class ChunkedEngine:
             return 0
         ends = decode_ends(self.cost, self.clock, c, kmax)
         k = steps_before(ends, kmax, self._next_arrival_s())
+        if self.frontend is not None:
+            # the front end serves work in time order: a leap may only submit the output work
+            # of steps that end before the next arrival submits its admission work
+            k = min(k, int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
         if k < 2:
             return 0
         self.pool.allocate(new_blocks(k))
@@ -241,6 +281,8 @@ class ChunkedEngine:
 
     # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
     def _admit(self, ids, n):
+        if self.pc is not None:
+            return self._admit_cached(ids, n)
         t = self.ctx.table
         left = self.budget - int(n.sum())
         new_ids, new_n = [], []
@@ -262,12 +304,16 @@ class ChunkedEngine:
                 np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
 
     def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
-        """Would `_admit` take the head of the queue with this many running and free blocks?"""
+        """Would `_admit` take the head of the queue with this many running and free blocks?
+        With prefix caching: could it, now or after evictions shorten its cached prefix?
+        (`_leap_ok` leaps only while the head stays blocked.)"""
         left = self.budget - num_running
         if left <= 0 or num_running >= self.max_seqs:
             return False
         t = self.ctx.table
         r = self.waiting[0]
+        if self.pc is not None:
+            return self._head_admissible_cached(r, left, free_blocks)
         return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left)) \
             <= free_blocks
 
@@ -278,3 +324,123 @@ class ChunkedEngine:
 
     def _schedule_running(self):
         raise NotImplementedError
+
+    # -- prefix caching (vLLM V1's KVCacheManager over a PrefixCachingBlockPool) -------------
+    # A request's blocks: [shared (prompt keys, hashed; `_reg`) | private (its own content,
+    # cached as one run when freed) | anonymous tail (the partial block, blocks not full)].
+    def _lookup(self, r: int) -> tuple[list, int, int, int]:
+        """(r's shared hashes, shared blocks hit, private blocks hit, hit blocks now in the
+        free queue)."""
+        t, pool = self.ctx.table, self.pool
+        key = (r, pool.epoch, int(t.num_tokens[r]))
+        if self._look is not None and self._look[0] == key:
+            return self._look[1]
+        # a full hit still recomputes the last token: at most (num_tokens - 1) // bs blocks
+        most = (int(t.num_tokens[r]) - 1) // pool.block_size
+        sc = self._hasher.shared_count(r)
+        hashes = self._hasher.hashes(r, most)
+        h, e = pool.lookup(hashes)
+        p = 0
+        if h == sc:  # the whole shared part hit: the private run, if cached, follows it
+            lo, cnt = pool.private_cached(r)
+            if cnt and lo == sc:
+                p = min(cnt, most - h)
+        out = (hashes, h, p, e + p)
+        self._look = (key, out)
+        return out
+
+    def _claim_prefix(self, r: int, hashes: list, h: int, p: int) -> None:
+        """r (computed 0, no blocks) takes its h + p cached blocks and starts after them."""
+        t, pool = self.ctx.table, self.pool
+        pool.touch(hashes[:h])
+        if p:
+            pool.touch_private(r, p)
+        else:
+            pool.drop_private(r)  # unreachable behind a miss: as good as uncached
+        self._reg[r] = hashes[:h]
+        t.blocks[r] = h + p
+        t.computed[r] = (h + p) * pool.block_size
+        self.pc.record(int(t.num_tokens[r]), int(t.computed[r]), bool(t.preemptions[r] > 0))
+
+    def _cache_upto(self, r: int, tokens: int) -> None:
+        """Hash r's shared blocks that are full once `tokens` tokens have KV (vLLM
+        `cache_blocks`); its private blocks are cached when it frees them (only r can hit
+        them, and only after that)."""
+        reg = self._reg.setdefault(r, [])
+        full = min(tokens // self.pool.block_size, self._hasher.shared_count(r))
+        if full > len(reg):
+            pool = self.pool
+            for x in self._hasher.hashes(r, full)[len(reg):]:
+                reg.append(x if pool.register(x) else None)
+
+    def _cache_scheduled(self, ids: np.ndarray, n: np.ndarray) -> None:
+        """Cache the shared blocks this step's prefill chunks fill."""
+        if self._hasher.hash_ids is None:
+            return  # no shared blocks at all
+        t = self.ctx.table
+        pre = (n > 1) | (t.generated[ids] == 0)
+        for r, k in zip(ids[pre].tolist(), n[pre].tolist()):
+            self._cache_upto(r, int(t.computed[r]) + k)
+
+    def _release(self, r: int) -> None:
+        """Free r's blocks tail first: the anonymous tail, its private run, then its shared
+        blocks in reverse."""
+        t, pool = self.ctx.table, self.pool
+        c = int(t.computed[r])
+        self._cache_upto(r, c)
+        reg = self._reg.pop(r, [])
+        sc = self._hasher.shared_count(r)
+        full = c // pool.block_size
+        npriv = full - sc if len(reg) == sc and full > sc else 0
+        pool.free(int(t.blocks[r]) - len(reg) - npriv)
+        if npriv:
+            pool.release_private(r, sc, full)
+        else:
+            pool.drop_private(r)
+        pool.release(reversed(reg))
+
+    def _admit_cached(self, ids, n):
+        t, bs = self.ctx.table, self.pool.block_size
+        left = self.budget - int(n.sum())
+        new_ids, new_n = [], []
+        while self.waiting and left > 0 and len(self.running) < self.max_seqs:
+            r = self.waiting[0]
+            hashes, h, p, e = self._lookup(r)
+            hit = (h + p) * bs
+            k = min(int(t.num_tokens[r]) - hit, left)
+            t.computed[r], t.blocks[r] = hit, h + p  # what `_admission_blocks` sees
+            nb = self._admission_blocks(r, k)
+            t.computed[r] = t.blocks[r] = 0
+            if not self.pool.can_allocate(nb + e):  # touched free blocks leave the free queue
+                break
+            self._claim_prefix(r, hashes, h, p)
+            self._grow(r, nb)
+            self._cache_upto(r, hit + k)
+            self.waiting.popleft()
+            self.running.append(r)
+            new_ids.append(r)
+            new_n.append(k)
+            left -= k
+        if not new_ids:
+            return ids, n
+        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
+                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+
+    def _head_admissible_cached(self, r: int, left: int, free_blocks: int) -> bool:
+        # Blocks to admit r = new blocks for its first chunk + cached hits now in the free
+        # queue. While decodes run, evictions can only shorten the hit prefix: the new blocks
+        # never shrink (vllm, sarathi) but the evictable hits can, so r counts as admissible
+        # if the new blocks alone fit (a leap then stops; stepping is exact).
+        t, bs = self.ctx.table, self.pool.block_size
+        _, h, p, _ = self._lookup(r)
+        k = min(int(t.num_tokens[r]) - (h + p) * bs, left)
+        t.computed[r], t.blocks[r] = (h + p) * bs, h + p
+        nb = self._admission_blocks(r, k)
+        t.computed[r] = t.blocks[r] = 0
+        return nb <= free_blocks
+
+    def prefix_cache_stats(self) -> dict | None:
+        if self.pc is None:
+            return None
+        return dict(self.pc.as_dict(), evictions=self.pool.num_evictions,
+                    cached_blocks_at_end=self.pool.num_cached())

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 # vLLM defaults by version (../shared/notes/hardware-and-models.md §5; vllm/engine/arg_utils.py):
 # API-server token budget 8192 / 1024 seqs on >= 70 GiB GPUs that are not A100, else 2048 / 256;
 # gpu_memory_utilization 0.90 up to v0.20, 0.92 from v0.21, when CUDA-graph memory is counted too.
+# enable_prefix_caching: off by default in the V0 engine, on in V1, the default engine from
+# v0.8.0 (vllm/engine/arg_utils.py: `enable_prefix_caching: Optional[bool] = None`, set True
+# for V1 unless the model cannot use it).
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -41,6 +44,9 @@ class ChunkedConfig:
     # profile's generic per-iteration overheads added to each forward (what every policy
     # without a measured engine pays, and what the real-executor replay compares against)
     engine: str = "vllm"
+    # vLLM's automatic prefix caching (sim/kv.py PrefixCachingBlockPool); None = the default
+    # of `vllm_version` (on from v0.8, the V1 engine) for vllm/chunked, off for sarathi
+    enable_prefix_caching: bool | None = None
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
@@ -55,6 +61,10 @@ class ChunkedConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching,
+                                                                     bool):
+            raise ValueError("enable_prefix_caching: expected true or false, got "
+                             f"{self.enable_prefix_caching!r}")
         u = self.gpu_memory_utilization
         if u is not None and not (0 < u <= 1):
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
@@ -68,4 +78,6 @@ class ChunkedConfig:
             "gpu_memory_utilization": self.gpu_memory_utilization
             or (0.92 if ver >= (0, 21) else 0.90),
             "graphs_counted": ver >= (0, 21),
+            "enable_prefix_caching": self.enable_prefix_caching
+            if self.enable_prefix_caching is not None else ver >= (0, 8),
         }

@@ -53,8 +53,11 @@ class ExecutorCost:
 
 def replay_params(graph_max_tokens: int = 1 << 20) -> dict:
     """Policy parameters both runs share: every iteration under a CUDA graph, as the executor
-    runs them, and the generic host overhead (the executor has no serving engine around it)."""
-    return {"graph_max_tokens": graph_max_tokens, "engine": "generic"}
+    runs them; the generic host overhead (the executor has no serving engine around it); no
+    prefix caching (the executor computes every scheduled token, and the stored replays
+    predate the cache)."""
+    return {"graph_max_tokens": graph_max_tokens, "engine": "generic",
+            "enable_prefix_caching": False}
 
 
 def run_pair(workload, model: str, hardware, measure=None, policy: str = "vllm",

@@ -25,6 +25,10 @@ def _run(args: argparse.Namespace) -> int:
     capped = max(r["num_capped"] for r in recs)
     if capped:
         print(f"note: {capped} request(s) per point were capped at the model's max context")
+    dropped = max(r.get("num_dropped", 0) for r in recs)
+    if dropped:
+        print(f"note: {dropped} request(s) per point were dropped: prompt + output exceeds the "
+              "max context (workload.overlong: drop; 'cap' shortens them instead)")
     if not args.no_save:
         print(f"\nresults: {out}/ (summary.json, summary.csv, requests.csv, config.yaml)")
         if before and before != cfg.hash():

@@ -40,6 +40,9 @@ class WorkloadConfig:
     burstiness_cv: float = 1.0
     start: int = 0
     max_context: int | None = None  # default: the model's max context
+    # a request with prompt + output > max_context: "drop" it (as vLLM's server rejects it;
+    # counted in num_dropped) or "cap" it to fit (counted in num_capped)
+    overlong: str = "drop"
 
     def validate(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -60,6 +63,10 @@ class WorkloadConfig:
             raise ValueError(f"burstiness_cv: expected a positive number, got {self.burstiness_cv!r}")
         if not isinstance(self.start, int) or self.start < 0:
             raise ValueError(f"start: expected a non-negative integer, got {self.start!r}")
+        from simserve.workload.transform import OVERLONG
+        if self.overlong not in OVERLONG:
+            raise ValueError(f"overlong: expected one of {', '.join(OVERLONG)}, got "
+                             f"{self.overlong!r}{did_you_mean(str(self.overlong), OVERLONG)}")
 
 
 @dataclass(frozen=True)

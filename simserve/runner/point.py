@@ -48,7 +48,8 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
     model = get_model(cfg.model)
     return build_workload(w.trace, num_requests=w.num_requests, arrival=w.arrival, rate=rate,
                           seed=seed, burstiness_cv=w.burstiness_cv,
-                          max_context=w.max_context or model.max_context, start=w.start)
+                          max_context=w.max_context or model.max_context, start=w.start,
+                          overlong=w.overlong)
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
@@ -58,8 +59,10 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
                                     seed=pt.seed)
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
-               "num_requests": wl.num_requests, "num_capped": int(wl.num_capped)}
+               "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
+               "num_dropped": int(wl.num_dropped)}
     summary.update(summarize(res.records, cfg.slo))
+    summary.update(res.stats.get("prefix_cache_summary", {}))
     frame = request_frame(res.records, cfg.slo)
     frame.insert(0, "seed", pt.seed)
     frame.insert(0, "request_rate", pt.rate)

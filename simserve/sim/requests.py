@@ -36,6 +36,9 @@ class RequestTable:
         np.cumsum(self.output, out=self.offsets[1:])
         self.token_times = np.full(int(self.offsets[-1]), np.nan)
         self.token_on_cpu = None  # per-token residency, allocated by CPU-tier engines
+        # prompt block content hashes (Mooncake hash_ids) for prefix caching; None: no reuse
+        self.hash_ids = w.hash_ids
+        self.hash_block_tokens = w.hash_block_tokens
         self.num_finished = 0
         self.num_emitted = 0
 

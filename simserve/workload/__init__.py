@@ -9,12 +9,12 @@ from simserve.workload.stats import format_stats, trace_stats
 from simserve.workload.synthetic import (SYNTHETIC, SyntheticSpec, gamma_arrivals,
                                          lognormal_from_quantiles, poisson_arrivals,
                                          resample_lengths, synthetic_workload)
-from simserve.workload.transform import (cap_context, first_n, normalize_exponential,
+from simserve.workload.transform import (OVERLONG, cap_context, drop_overlong, first_n, normalize_exponential,
                                          normalize_gamma, scale_gaps, trace_arrivals)
 
 __all__ = [
     "ARRIVALS", "SYNTHETIC", "SyntheticSpec", "TraceEntry", "Workload", "build_workload",
-    "cache_dir", "cap_context", "clear_trace_cache", "fetch_trace", "first_n", "format_stats",
+    "OVERLONG", "cache_dir", "cap_context", "drop_overlong", "clear_trace_cache", "fetch_trace", "first_n", "format_stats",
     "gamma_arrivals", "load_manifest", "load_trace", "lognormal_from_quantiles",
     "normalize_exponential", "normalize_gamma", "poisson_arrivals", "read_azure_csv",
     "read_mooncake_jsonl", "read_plain_csv", "read_trace", "resample_lengths", "resolve_trace",

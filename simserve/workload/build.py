@@ -1,6 +1,8 @@
 """`build_workload`: one call from a trace or synthetic name to the requests a run replays.
 
-Order: load -> first N (from `start`) -> arrivals -> cap at max context. Parsed trace files
+Order: load -> first N (from `start`) -> drop over-long requests (`overlong: drop`, the
+default) -> arrivals -> or cap at max context (`overlong: cap`). Dropping comes before the
+arrival process, so the requests that remain arrive at exactly `rate`. Parsed trace files
 are cached per process, keyed by (path, mtime, size), so a sweep over rates parses each file
 once; the cached arrays are read-only and every transform returns new arrays.
 """
@@ -17,8 +19,9 @@ from simserve.workload.manifest import load_manifest, resolve_trace
 from simserve.workload.readers import read_trace
 from simserve.workload.spec import Workload
 from simserve.workload.synthetic import SYNTHETIC, check_count, check_positive
-from simserve.workload.transform import (cap_context, first_n, normalize_exponential,
-                                         normalize_gamma, scale_gaps, trace_arrivals)
+from simserve.workload.transform import (OVERLONG, cap_context, drop_overlong, first_n,
+                                         normalize_exponential, normalize_gamma, scale_gaps,
+                                         trace_arrivals)
 
 ARRIVALS = ("poisson", "gamma", "scale", "trace")
 SYNTHETIC_ARRIVALS = ("poisson", "gamma")
@@ -74,7 +77,7 @@ def _load(trace: str, num_requests: int | None, seed: int, start: int) -> Worklo
 
 def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: float | None,
                    seed: int, burstiness_cv: float = 1.0, max_context: int | None = None,
-                   start: int = 0) -> Workload:
+                   start: int = 0, overlong: str = "drop") -> Workload:
     """Requests for one run.
 
     trace: a built-in synthetic name (`SYNTHETIC`), a manifest name, or a file path.
@@ -82,6 +85,9 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
     with burstiness_cv, exact mean rate), `scale` (the trace's own gaps scaled to `rate`) or
     `trace` (the trace's timestamps from t = 0; rate ignored). Synthetic workloads have no
     timestamps, so only poisson and gamma apply to them.
+    overlong: what to do with a request whose prompt + output exceeds `max_context`: `drop`
+    it (counted in `num_dropped`) or `cap` it (prompt to max_context - 1, then the output;
+    counted in `num_capped`).
     """
     if arrival not in ARRIVALS:
         raise ConfigError(f"arrival: expected one of {', '.join(ARRIVALS)}, got {arrival!r}"
@@ -89,12 +95,17 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
     if trace in SYNTHETIC and arrival not in SYNTHETIC_ARRIVALS:
         raise ConfigError(f"arrival: {arrival!r} replays a trace's own timestamps, but "
                           f"{trace!r} is synthetic; use one of {', '.join(SYNTHETIC_ARRIVALS)}")
+    if overlong not in OVERLONG:
+        raise ConfigError(f"overlong: expected one of {', '.join(OVERLONG)}, got {overlong!r}"
+                          f"{did_you_mean(str(overlong), OVERLONG)}")
     seed = _check_seed(seed)
     if arrival != "trace":
         if rate is None:
             raise ConfigError(f"rate: required for arrival {arrival!r}")
         rate = check_positive(rate, "rate")
     w = _load(trace, num_requests, seed, start)
+    if max_context is not None and overlong == "drop":
+        w = drop_overlong(w, max_context)
     if arrival == "poisson":
         w = normalize_exponential(w, rate, seed)
     elif arrival == "gamma":
@@ -103,6 +114,6 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
         w = scale_gaps(w, rate)
     else:
         w = trace_arrivals(w)
-    if max_context is not None:
+    if max_context is not None and overlong == "cap":
         w = cap_context(w, max_context)
     return w

@@ -9,6 +9,7 @@ Output lengths of 0 are read as 1 (a request always produces its first token) an
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -186,8 +187,9 @@ def _mooncake_row_error(obj) -> str | None:
 def read_mooncake_jsonl(path) -> Workload:
     """Mooncake FAST'25 JSONL (`timestamp` ms, `input_length`, `output_length`, `hash_ids`).
 
-    Arrivals are `timestamp / 1000` as written. hash_ids are not kept; the number of distinct
-    512-token prefix blocks goes to `meta["num_prefix_blocks"]`.
+    Arrivals are `timestamp / 1000` as written. hash_ids are kept per request
+    (`Workload.hash_ids`, one per 512-token block; prefix caching replays their reuse) and the
+    number of distinct ones goes to `meta["num_prefix_blocks"]`.
     """
     path = Path(path)
     texts, lines = _jsonl_lines(path)
@@ -218,10 +220,22 @@ def read_mooncake_jsonl(path) -> Workload:
     _check_arrivals(arrival, rows, "timestamp")
     hashed = [o["hash_ids"] for o in objs if "hash_ids" in o]
     meta = {}
+    hash_ids = None
     if hashed:
-        meta = {"num_prefix_blocks": len(set(itertools.chain.from_iterable(hashed))),
+        lists = [o.get("hash_ids", []) for o in objs]
+        every = list(itertools.chain.from_iterable(lists))
+        flat = np.array(every)
+        if flat.size and flat.dtype.kind not in "iu":
+            bad = next(n for h, n in zip(lists, lines)
+                       if any(isinstance(x, bool) or not isinstance(x, int) for x in h))
+            raise TraceFormatError(f"{path}:{bad}: hash_ids: expected integers")
+        hash_ids = tuple(lists)  # the parsed lists themselves: no per-row copies
+        meta = {"num_prefix_blocks": len(set(every)),
                 "prefix_block_tokens": MOONCAKE_BLOCK_TOKENS}
-    return _finish(path, "mooncake-jsonl", arrival, prompt, output, rows, **meta)
+    w = _finish(path, "mooncake-jsonl", arrival, prompt, output, rows, **meta)
+    if hash_ids is not None:
+        w = dataclasses.replace(w, hash_ids=hash_ids, hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+    return w
 
 
 def read_trace(path) -> Workload:

@@ -15,6 +15,12 @@ class Workload:
     output_tokens  int64 >= 1 (tokens the request generates, the first one included)
     name           where it came from (trace name or generator)
     num_capped     how many requests were shortened to fit the model's max context
+    num_dropped    how many requests were left out because they do not fit it
+    hash_ids       per request, the content hashes of its prompt's blocks of
+                   `hash_block_tokens` tokens (Mooncake's `hash_ids`, 512 tokens each; the last
+                   block may be partial), as sequences of ints (lists or int arrays; never
+                   modified); None when the source has none (Azure,
+                   synthetic). Prefix caching derives its KV-block hashes from them.
     """
 
     arrival_s: np.ndarray
@@ -23,11 +29,16 @@ class Workload:
     name: str = "workload"
     num_capped: int = 0
     meta: dict = field(default_factory=dict)
+    num_dropped: int = 0
+    hash_ids: tuple | None = None
+    hash_block_tokens: int = 512
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
             raise ValueError("Workload arrays must have equal lengths")
+        if self.hash_ids is not None and len(self.hash_ids) != n:
+            raise ValueError("Workload.hash_ids must have one entry per request")
 
     @property
     def num_requests(self) -> int:

@@ -34,6 +34,7 @@ def trace_stats(w: Workload) -> dict:
         "duration_s": duration,
         "mean_rate": w.num_requests / duration if duration > 0 else math.nan,
         "num_capped": int(w.num_capped),
+        "num_dropped": int(w.num_dropped),
     }
 
 
@@ -53,6 +54,7 @@ _LABELS = {
     "duration_s": ("duration (s)", "{:,.1f}"),
     "mean_rate": ("mean arrival rate (req/s)", "{:.3f}"),
     "num_capped": ("capped at max context", "{:,}"),
+    "num_dropped": ("dropped (over max context)", "{:,}"),
 }
 
 

@@ -31,6 +31,7 @@ def first_n(w: Workload, n: int, start: int = 0) -> Workload:
     return dataclasses.replace(w, arrival_s=w.arrival_s[sl].copy(),
                                prompt_tokens=w.prompt_tokens[sl].copy(),
                                output_tokens=w.output_tokens[sl].copy(),
+                               hash_ids=None if w.hash_ids is None else w.hash_ids[sl],
                                meta={**w.meta, "start": int(start)})
 
 
@@ -88,12 +89,41 @@ def trace_arrivals(w: Workload) -> Workload:
     return _with_arrivals(w, rel, arrival="trace")
 
 
-def cap_context(w: Workload, max_context: int) -> Workload:
-    """Make prompt + output <= max_context: cap the prompt at max_context - 1, then the output
-    at max_context - prompt. `num_capped` counts the requests this changed."""
+OVERLONG = ("drop", "cap")
+
+
+def _check_max_context(max_context) -> None:
     if isinstance(max_context, bool) or not isinstance(max_context, (int, np.integer)) \
             or max_context < 2:
         raise ConfigError(f"max_context: expected an integer >= 2, got {max_context!r}")
+
+
+def drop_overlong(w: Workload, max_context: int) -> Workload:
+    """Leave out every request with prompt + output > max_context, as a vLLM server rejects
+    one whose prompt plus `max_tokens` exceeds `max_model_len` ("This model's maximum context
+    length is ..."). `num_dropped` counts them; the rest keep their order (and hash_ids)."""
+    _check_max_context(max_context)
+    keep = (w.prompt_tokens + w.output_tokens) <= max_context
+    dropped = int((~keep).sum())
+    meta = {**w.meta, "max_context": int(max_context), "overlong": "drop"}
+    if not dropped:
+        return dataclasses.replace(w, num_dropped=0, meta=meta)
+    if not keep.any():
+        raise ConfigError(f"{w.name}: all {w.num_requests} requests exceed max_context "
+                          f"{max_context} (overlong: drop); raise max_context or use "
+                          "overlong: cap")
+    idx = np.flatnonzero(keep)
+    return dataclasses.replace(
+        w, arrival_s=w.arrival_s[idx], prompt_tokens=w.prompt_tokens[idx],
+        output_tokens=w.output_tokens[idx], num_dropped=dropped, meta=meta,
+        hash_ids=None if w.hash_ids is None else tuple(w.hash_ids[i] for i in idx))
+
+
+def cap_context(w: Workload, max_context: int) -> Workload:
+    """Make prompt + output <= max_context: cap the prompt at max_context - 1, then the output
+    at max_context - prompt. `num_capped` counts the requests this changed. (A capped prompt
+    keeps its hash_ids: only the blocks inside the capped prompt are ever looked up.)"""
+    _check_max_context(max_context)
     prompt = np.minimum(w.prompt_tokens, max_context - 1)
     output = np.minimum(w.output_tokens, max_context - prompt)
     changed = (prompt != w.prompt_tokens) | (output != w.output_tokens)
