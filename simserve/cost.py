@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simserve.hardware.attention import decode_steps_us
 from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
@@ -152,6 +153,12 @@ class GpuCostModel:
         graph replay, whose back-to-back kernels hide `graph_overlap_us_per_kernel` each, or
         eager launches overlapping the GPU work layer by layer. Arrays allowed."""
         L = self.num_layers
+        if type(gpu_layer_us) is float:  # one step: plain floats, the same IEEE operations
+            if tokens <= self.graph_max:
+                a, b = gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us
+                return self.graph_us + L * (a if a >= b else b)
+            a = self.launch_layer_us
+            return L * (gpu_layer_us if gpu_layer_us >= a else a)
         if tokens <= self.graph_max:
             layer = np.maximum(gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us)
             return self.graph_us + L * layer
@@ -192,6 +199,28 @@ class GpuCostModel:
         base = self.iter_us + self.per_seq_us * B
         layer = self._dense[B] + self.decode_attn(B, ctx_sum, ctx_max)
         return (base + self.forward_us(B, layer, B)) * 1e-6
+
+    def decode_steps_s(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int):
+        """`decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k (k consecutive decode
+        steps of B sequences): the same floats, computed with fewer numpy calls."""
+        B = num_decodes
+        self._ensure(B)
+        layer = decode_steps_us(self.ops.decode_attn, B, ctx_sum0, ctx_max0, k)
+        layer += self._dense[B]
+        if B <= self.graph_max:
+            t = layer - self.graph_overlap_layer_us
+            layer *= 0.5
+            np.maximum(t, layer, out=t)
+            t *= self.num_layers
+            t += self.graph_us
+        else:
+            t = np.maximum(layer, self.launch_layer_us)
+            t *= self.num_layers
+        t += self._lm[B]
+        t *= self._situ[B]
+        t += self.iter_us + self.per_seq_us * B
+        t *= 1e-6
+        return t
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads

@@ -26,10 +26,17 @@ def largest_k(kmax: int, fits: Callable[[int], bool]) -> int:
 def decode_ends(cost, clock: float, computed: np.ndarray, k: int) -> np.ndarray:
     """End times of k consecutive decode steps of the sequences whose KV holds `computed`
     tokens, starting at `clock` (GpuCostModel.decode_only_s with Σ context and the longest)."""
-    steps = np.arange(k, dtype=np.int64)
-    S = int((computed + 1).sum()) + len(computed) * steps
-    d = np.atleast_1d(cost.decode_only_s(len(computed), S, int(computed.max()) + 1 + steps))
-    return np.cumsum(np.concatenate(([clock], d)))[1:]
+    B = len(computed)
+    s0, m0 = int(computed.sum()) + B, int(computed.max()) + 1
+    if getattr(type(cost), "decode_steps_s", None) is not None:  # GpuCostModel: fewer calls
+        d = cost.decode_steps_s(B, s0, m0, k)
+    else:  # wrappers (a real executor's replay) and other cost models
+        steps = np.arange(k, dtype=np.int64)
+        d = np.array(cost.decode_only_s(B, s0 + B * steps, m0 + steps), dtype=np.float64,
+                     ndmin=1)
+    # end times: clock + d0, then + d1, ... (cumsum adds in order, as stepping does)
+    d[0] += clock
+    return np.cumsum(d)
 
 
 def steps_before(ends: np.ndarray, kmax: int, next_arrival_s: float) -> int:
