@@ -59,3 +59,33 @@ def test_decode_ends_are_stepped_clocks(c, k, clock):
     for i in range(k):
         t += cost.decode_only_s(len(c), int((c + 1 + i).sum()), int(c.max()) + 1 + i)
         assert ends[i] == t
+
+
+@settings(max_examples=300, deadline=None)
+@given(gpu=st.sampled_from(sorted(_HW)), graphs=st.booleans(), B=st.integers(1, 600),
+       mean=st.integers(0, 40000), spread=st.integers(0, 30000), k=st.integers(1, 80))
+def test_decode_steps_list_matches_the_array_path(gpu, graphs, B, mean, spread, k):
+    cost = _cost(gpu, graphs)
+    s0 = B * mean + (spread % B if B > 1 else 0)
+    m0 = -(-s0 // B) + (spread if B > 1 else 0)
+    got = cost.decode_steps_list(B, s0, m0, k)
+    assert all(type(x) is float for x in got)
+    assert np.array(got).tobytes() == cost.decode_steps_s(B, s0, m0, k).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpu=st.sampled_from(sorted(_HW)), c=st.lists(st.integers(0, 20000), min_size=1, max_size=40),
+       kmax=st.integers(1, 600), clock=st.floats(0.0, 1e4), gap=st.floats(0.0, 20.0),
+       hint=st.sampled_from([0.0, 1e-4, 0.01, 0.05, 1.0]))
+def test_leap_ends_are_decode_ends_cut_at_the_arrival(gpu, c, kmax, clock, gap, hint):
+    """Whatever the step-duration guess, the leap's end times are decode_ends' floats, cut
+    where steps_before cuts them."""
+    from simserve.sim.leap import leap_ends, steps_before
+    cost = _cost(gpu, True)
+    c = np.asarray(c, dtype=np.int64)
+    arrival = clock + gap if gap < 19.0 else float("inf")
+    ref = decode_ends(cost, clock, c, kmax)
+    k = steps_before(ref, kmax, arrival)
+    got = leap_ends(cost, clock, len(c), int(c.sum()) + len(c), int(c.max()) + 1, kmax,
+                    arrival, hint)
+    assert np.array(got).tobytes() == ref[:k].tobytes()

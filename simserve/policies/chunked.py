@@ -26,10 +26,16 @@ from simserve.errors import ConfigError
 from simserve.policies.chunked_config import ChunkedConfig
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
-from simserve.sim.leap import decode_ends, largest_k, steps_before
+from simserve.sim.leap import largest_k, leap_ends
 from simserve.sim.memory import gpu_kv_budget
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
+
+
+def _new_blocks(room: list[int], k: int, bs: int) -> int:
+    """KV blocks that k more tokens take beyond the held ones: Σ max(0, ceil((k - room)/bs)),
+    i.e. Σ max(0, ceil((computed + k)/bs) - held)."""
+    return sum(-((r - k) // bs) for r in room if r < k)
 
 
 class ChunkedEngine:
@@ -68,6 +74,7 @@ class ChunkedEngine:
         self.clock = 0.0
         self._wake = None
         self.num_preemptions = 0
+        self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
 
     # -- queue interface used by the router ---------------------------------------------
     def load(self) -> int:
@@ -106,7 +113,7 @@ class ChunkedEngine:
                 self._wake = None
                 self.clock = max(self.clock, env.now)
                 continue
-            if self.cfg.leap and self._leap_ok():
+            if self.cfg.leap:
                 k = self._leap()
                 if k:
                     yield env.timeout(max(0.0, self.clock - env.now))
@@ -163,46 +170,60 @@ class ChunkedEngine:
 
     # -- event leaping --------------------------------------------------------------------
     def _leap_ok(self) -> bool:
-        if not self.running or len(self.running) > self.budget:
-            return False
+        """Can the running batch leap: all decoding, and (with requests waiting) the head of
+        the queue blocked for the whole leap (free blocks only shrink while decoding)?"""
+        return self._leap_state() is not None
+
+    def _leap_state(self):
+        """(ids, computed, generated, room) of a running batch that may leap, else None;
+        room = tokens each request's held KV blocks still fit."""
+        running = self.running
+        if not running or len(running) > self.budget:
+            return None
         t = self.ctx.table
-        ids = np.asarray(self.running)
-        if np.any(t.computed[ids] != t.num_tokens[ids] - 1) or np.any(t.generated[ids] == 0):
-            return False  # a prefill (or recompute) is in flight
-        if not self.waiting:
-            return True
-        # the head must stay blocked for the whole leap: free blocks only shrink while decoding
-        nb0 = int(np.maximum(0, -(-(t.computed[ids] + 1) // self.pool.block_size) - t.blocks[ids]).sum())
-        return not self._head_admissible(len(ids), self.pool.num_free - nb0)
+        ids = np.array(running, dtype=np.int64)
+        c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
+        g = t.generated[ids].tolist()
+        if 0 in g or any(n - x != 1 for n, x in zip(t.num_tokens[ids].tolist(), c)):
+            return None  # a prefill (or recompute) is in flight
+        bs = self.pool.block_size
+        room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
+        if self.waiting and self._head_admissible(
+                len(running), self.pool.num_free - _new_blocks(room, 1, self.pool.block_size)):
+            return None
+        return ids, c, g, room
 
     def _leap(self) -> int:
+        """Advance the decode-only batch k ≥ 2 steps at once (0: it cannot leap); the same
+        state, token times and samples as k single steps."""
+        st = self._leap_state()
+        if st is None:
+            return 0
+        ids, c, g, room = st
         t, bs = self.ctx.table, self.pool.block_size
-        ids = np.asarray(self.running)
-        c = t.computed[ids]
-        held = t.blocks[ids]
-        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
-
-        def new_blocks(k: int) -> int:
-            return int(np.maximum(0, -(-(c + k) // bs) - held).sum())
-
+        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
         free = self.pool.num_free
-        kmax = largest_k(kmax, lambda k: new_blocks(k) <= free)
+        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= free)
         if kmax < 2:
             return 0
-        ends = decode_ends(self.cost, self.clock, c, kmax)
-        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
+        B = len(c)
+        clock = self.clock
+        ends = leap_ends(self.cost, clock, B, sum(c) + B, max(c) + 1, kmax,
+                         self.ctx.source.next_arrival_s, self._step_hint)
+        k = len(ends)
+        self._step_hint = (ends[-1] - clock) / k
         if k < 2:
             return 0
-        self.pool.allocate(new_blocks(k))
-        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
-        t.computed[ids] += k
-        t.emit_many(ids, ends[:k - 1])
-        self.clock = float(ends[k - 1])
-        done = t.emit(ids, self.clock)
+        nb = _new_blocks(room, k, bs)
+        if nb:
+            self.pool.allocate(nb)
+            t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
+        t.computed[ids] = [x + k for x in c]
+        self.clock = ends[-1]
+        done = t.emit_steps(ids, np.array(ends), np.array(g, dtype=np.int64))
         if len(done):
             self._finish(done)
-        rec = self.ctx.recorder
-        rec.num_iterations += k
+        self.ctx.recorder.num_iterations += k
         self._sample()
         return k
 

@@ -70,6 +70,29 @@ class RequestTable:
         self.num_emitted += k * len(ids)
         self.num_tokens[ids] += k
 
+    def emit_steps(self, ids: np.ndarray, times: np.ndarray, generated: np.ndarray | None = None
+                   ) -> np.ndarray:
+        """len(times) consecutive tokens for each id (a leap of k decode steps: `emit_many` of
+        the first k - 1, then `emit` of the last); `generated`: the ids' counts before, when
+        the caller has them (none may be 0: no first tokens). Returns the ids that finished."""
+        k = len(times)
+        g = self.generated[ids] if generated is None else generated
+        pos = (self.offsets[ids] + g)[:, None] + np.arange(k)
+        self.token_times[pos] = times
+        if generated is None:
+            first = ids[g == 0]
+            if len(first):
+                self.first_token[first] = times[0]
+        g = g + k
+        self.generated[ids] = g
+        self.num_tokens[ids] += k
+        self.num_emitted += k * len(ids)
+        done = ids[g >= self.output[ids]]
+        if len(done):
+            self.finish[done] = times[-1]
+            self.num_finished += len(done)
+        return done
+
     def records(self) -> RequestRecords:
         return RequestRecords(
             arrival_s=self.arrival, prompt_tokens=self.prompt, output_tokens=self.output,
