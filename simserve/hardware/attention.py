@@ -18,6 +18,8 @@ import numpy as np
 
 from simserve.hardware.functions import Affine, Curve, Grid
 
+_SCALARS = (int, float, np.integer, np.floating)
+
 
 class PrefillWork:
     kind = "work"
@@ -108,7 +110,8 @@ class SplitImbalance:
         return min(m, -(-(-(-m // s)) // self.block) * self.block)
 
     def factor(self, batch: int, ctx_sum, ctx_max, base_us):
-        if not np.ndim(ctx_sum) and not np.ndim(ctx_max):  # one step: plain Python numbers,
+        if (isinstance(ctx_sum, _SCALARS) and isinstance(ctx_max, _SCALARS)) or (
+                not np.ndim(ctx_sum) and not np.ndim(ctx_max)):  # one step: plain numbers,
             eq = -(-int(ctx_sum) // batch)                 # the same IEEE operations as below
             if int(ctx_max) <= eq:
                 return 1.0
@@ -122,9 +125,6 @@ class SplitImbalance:
         xe = self.longest(batch, eq) * scale
         f = np.sqrt(1.0 + x * x) / np.sqrt(1.0 + xe * xe)
         return np.where(np.asarray(ctx_max) <= eq, 1.0, f)
-
-
-_SCALARS = (int, float, np.integer, np.floating)
 
 
 class DecodeGrid:
@@ -147,6 +147,8 @@ class DecodeGrid:
         if ctx_max is None or self.imbalance is None:
             return base
         f = self.imbalance.factor(batch, ctx_sum, ctx_max, base)
+        if isinstance(f, float):
+            return float(base * f)
         return base * f if np.ndim(f) else float(base * f)
 
 

@@ -137,6 +137,22 @@ class ChunkedEngine:
 
     def _shape(self, ids: np.ndarray, n: np.ndarray) -> tuple[BatchShape, np.ndarray]:
         t = self.ctx.table
+        if len(ids) <= 48:  # a small batch: plain ints beat numpy's per-call cost
+            pre_n, pre_c, dctx, sample = [], [], [], []
+            for x, k, tok, g in zip(t.computed[ids].tolist(), n.tolist(),
+                                    t.num_tokens[ids].tolist(), t.generated[ids].tolist()):
+                if k == 1 and x == tok - 1 and g > 0:
+                    dctx.append(x + 1)
+                else:
+                    pre_n.append(k)
+                    pre_c.append(x)
+                sample.append(x + k == tok)
+            dc = np.array(dctx, dtype=np.int64)
+            return BatchShape(
+                num_tokens=int(n.sum()), prefill_chunks=np.array(pre_n, dtype=np.int64),
+                prefill_ctx=np.array(pre_c, dtype=np.int64), num_decodes=len(dctx),
+                decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample),
+                decode_ctx=dc), np.array(sample, dtype=bool)
         c = t.computed[ids]
         ntok = t.num_tokens[ids]
         dec = (n == 1) & (c == ntok - 1) & (t.generated[ids] > 0)
@@ -220,7 +236,7 @@ class ChunkedEngine:
             t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
         t.computed[ids] = [x + k for x in c]
         self.clock = ends[-1]
-        done = t.emit_steps(ids, np.array(ends), np.array(g, dtype=np.int64))
+        done = t.emit_steps(ids, ends, g)
         if len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
