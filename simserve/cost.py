@@ -254,28 +254,21 @@ class GpuCostModel:
         ov, g, la = self.graph_overlap_layer_us, self.graph_us, self.launch_layer_us
         imb = fn.imbalance
         e0 = -(-ctx_sum0 // B)
-        out = []
         if imb is not None and ctx_max0 > e0:  # unequal contexts (constant over the steps)
             rate, sqrt = imb.rate, math.sqrt
+            attn = []
+            add = attn.append
             for b, lmx, leq in zip(base, imb.longest_run(B, ctx_max0, k).tolist(),
                                    imb.longest_run(B, e0, k).tolist()):
                 scale = 1.0 / (rate * (b if b >= 1e-9 else 1e-9))
                 x, xe = lmx * scale, leq * scale
-                v = b * (sqrt(1.0 + x * x) / sqrt(1.0 + xe * xe)) + dense
-                if graph:
-                    t, h = v - ov, 0.5 * v
-                    out.append((host + ((g + L * (t if t >= h else h)) + lm) * situ) * 1e-6)
-                else:
-                    out.append((host + (L * (v if v >= la else la) + lm) * situ) * 1e-6)
+                add(b * (sqrt(1.0 + x * x) / sqrt(1.0 + xe * xe)) + dense)
         else:
-            for v in base:
-                v += dense
-                if graph:
-                    t, h = v - ov, 0.5 * v
-                    out.append((host + ((g + L * (t if t >= h else h)) + lm) * situ) * 1e-6)
-                else:
-                    out.append((host + (L * (v if v >= la else la) + lm) * situ) * 1e-6)
-        return out
+            attn = [b + dense for b in base]
+        if graph:
+            return [(host + ((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm) * situ)
+                    * 1e-6 for v in attn]
+        return [(host + (L * (v if v >= la else la) + lm) * situ) * 1e-6 for v in attn]
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads

@@ -200,7 +200,7 @@ class ChunkedEngine:
         ids = np.array(running, dtype=np.int64)
         c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
         g = t.generated[ids].tolist()
-        if 0 in g or any(n - x != 1 for n, x in zip(t.num_tokens[ids].tolist(), c)):
+        if 0 in g or t.num_tokens[ids].tolist() != [x + 1 for x in c]:
             return None  # a prefill (or recompute) is in flight
         bs = self.pool.block_size
         room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]

@@ -111,11 +111,16 @@ class RequestTable:
                 tt[o + x:o + x + k] = times
         else:
             tt[(self.offsets[ids] + g)[:, None] + np.arange(k)] = times
-        g = [x + k for x in g] if generated is not None else g + k
-        self.generated[ids] = g
         self.num_tokens[ids] += k
         self.num_emitted += k * len(ids)
-        done = ids[np.asarray(g) >= self.output[ids]]
+        if generated is not None:
+            g = [x + k for x in g]
+            self.generated[ids] = g
+            done = ids[[x >= o for x, o in zip(g, self.output[ids].tolist())]]
+        else:
+            g = g + k
+            self.generated[ids] = g
+            done = ids[g >= self.output[ids]]
         if len(done):
             self.finish[done] = times[-1]
             self.num_finished += len(done)
