@@ -28,6 +28,10 @@ import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's simserve (it need not be installed)
 
 H100 = dict(model="llama-3.1-8b", trace="azure-conv", n=2000, rate=4.0,
             hardware=dict(gpu="h100-sxm", num_gpus=1))
@@ -104,7 +108,7 @@ def main() -> int:
     rows = []
     for label in labels:
         out = subprocess.run([sys.executable, __file__, "--one", label, "--repeat",
-                              str(args.repeat)], capture_output=True, text=True, env=os.environ)
+                              str(args.repeat)], capture_output=True, text=True, env=os.environ, cwd=ROOT)
         if out.returncode:
             print(f"{label}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             continue

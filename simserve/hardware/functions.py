@@ -147,9 +147,10 @@ class Grid:
         """The same function for one point in plain Python (no numpy call overhead); may
         differ from `__call__` in the last bit, so use one or the other for a quantity."""
         if self._py is None:
-            self._py = (self._lx.tolist(), self._ly.tolist(), self._lt.tolist())
-        lxs, lys, lts = self._py
-        xs0, xs1, ys0, ys1 = self.xs[0], self.xs[-1], self.ys[0], self.ys[-1]
+            self._py = (self._lx.tolist(), self._ly.tolist(), self._lt.tolist(),
+                        (float(self.xs[0]), float(self.xs[-1]), float(self.ys[0]),
+                         float(self.ys[-1])))
+        lxs, lys, lts, (xs0, xs1, ys0, ys1) = self._py
         xc = min(max(x, xs0), xs1)
         yc = min(max(y, ys0), ys1)
         lx = math.log2(max(xc, 1.0))
