@@ -13,7 +13,9 @@ prompt can be reserved at once.
 
 Between interesting events (an arrival, a request finishing, a KV shortfall) a decode-only
 engine repeats one step with contexts one longer; `_leap` advances k such steps at once with
-results identical to stepping (tests check this), which is where the speed comes from.
+results identical to stepping (tests check this), which is where the speed comes from. A batch
+is small (about ten requests at moderate load), so the leap and, up to 48 requests, the
+schedule work on plain ints: numpy's per-call cost exceeds the arithmetic there.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from simserve.sim.leap import largest_k, leap_ends
 from simserve.sim.memory import gpu_kv_budget
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
+SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plain ints
 
 
 def _new_blocks(room: list[int], k: int, bs: int) -> int:
@@ -137,7 +140,7 @@ class ChunkedEngine:
 
     def _shape(self, ids: np.ndarray, n: np.ndarray) -> tuple[BatchShape, np.ndarray]:
         t = self.ctx.table
-        if len(ids) <= 48:  # a small batch: plain ints beat numpy's per-call cost
+        if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here
             pre_n, pre_c, dctx, sample = [], [], [], []
             for x, k, tok, g in zip(t.computed[ids].tolist(), n.tolist(),
                                     t.num_tokens[ids].tolist(), t.generated[ids].tolist()):
@@ -185,14 +188,11 @@ class ChunkedEngine:
                                  self.pool.num_used, t.num_emitted)
 
     # -- event leaping --------------------------------------------------------------------
-    def _leap_ok(self) -> bool:
-        """Can the running batch leap: all decoding, and (with requests waiting) the head of
-        the queue blocked for the whole leap (free blocks only shrink while decoding)?"""
-        return self._leap_state() is not None
-
     def _leap_state(self):
-        """(ids, computed, generated, room) of a running batch that may leap, else None;
-        room = tokens each request's held KV blocks still fit."""
+        """(ids, computed, generated, room) of a running batch that may leap (all decoding,
+        and with requests waiting the head of the queue blocked for the whole leap: free
+        blocks only shrink while decoding), else None; room = tokens each request's held KV
+        blocks still fit."""
         running = self.running
         if not running or len(running) > self.budget:
             return None

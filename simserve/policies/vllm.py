@@ -4,12 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.chunked import ChunkedEngine
+from simserve.policies.chunked import SMALL_BATCH, ChunkedEngine
 from simserve.policies.chunked_config import ChunkedConfig
 from simserve.policies.replicas import build_replicas
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-SMALL_BATCH = 48  # up to this many running requests, schedule on plain ints
 
 
 class VllmEngine(ChunkedEngine):
