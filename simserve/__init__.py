@@ -4,18 +4,60 @@
     r = simserve.simulate("vllm", model="llama-3.1-8b", gpu="h100-sxm", rate=4.0)
     r.summary["p99_ttft_ms"], r.requests.head()
     df = simserve.run_experiment("experiments/quickstart.yaml")
+
+`import simserve` imports nothing else: every public name below is loaded on first use
+(module `__getattr__`), so the command line and `import simserve` start in milliseconds.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-__all__ = ["simulate", "run_experiment", "load_experiment"]
+# public name -> "module:attribute", imported on first access
+_LAZY = {
+    "simulate": "simserve.api:simulate",
+    "run_experiment": "simserve.api:run_experiment",
+    "load_experiment": "simserve.runner.config:load_experiment",
+    "parse_experiment": "simserve.runner.config:parse_experiment",
+    "simulate_point": "simserve.run:simulate_point",
+    "build_workload": "simserve.workload.build:build_workload",
+    "Workload": "simserve.workload.spec:Workload",
+    "SimserveError": "simserve.errors:SimserveError",
+    "ConfigError": "simserve.errors:ConfigError",
+}
+
+__all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name):  # keep `import simserve` cheap; load the API on first use
-    if name in ("simulate", "run_experiment"):
-        from simserve import api
-        return getattr(api, name)
-    if name == "load_experiment":
-        from simserve.runner.config import load_experiment
-        return load_experiment
-    raise AttributeError(name)
+def _read_version() -> str:
+    """The installed distribution's version; from a source checkout that is not installed,
+    the `version` in the pyproject.toml beside the package."""
+    from importlib import metadata
+    try:
+        return metadata.version("simserve")
+    except metadata.PackageNotFoundError:
+        pass
+    import re
+    from pathlib import Path
+    try:
+        text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    except OSError:
+        return "0+unknown"
+    project = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    m = re.search(r'^version\s*=\s*["\']([^"\']+)["\']', project.group(1) if project else "",
+                  re.M)
+    return m.group(1) if m else "0+unknown"
+
+
+def __getattr__(name: str):
+    if name == "__version__":
+        value = _read_version()
+    elif name in _LAZY:
+        import importlib
+        mod, attr = _LAZY[name].split(":")
+        value = getattr(importlib.import_module(mod), attr)
+    else:
+        raise AttributeError(f"module 'simserve' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

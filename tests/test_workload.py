@@ -292,6 +292,16 @@ def test_dualpace_synthetic_matches_paper_means():
     assert clipped_lognormal_mean(100, 200, lo=1, hi=2) == pytest.approx(2, rel=1e-9)
 
 
+def test_dualpace_synthetic_precomputed_scales():
+    """The precomputed DualPace factors are the ones `scaled_to_means` computes (bit for bit),
+    so the specs equal what the module used to compute at import (with scipy)."""
+    from simserve.workload.synthetic import DUALPACE_SCALES, SYNTHETIC
+    for name, base, (pm, om), (kp, ko) in DUALPACE_SCALES:
+        b = SYNTHETIC[base]
+        assert (pm / b.prompt_mean, om / b.output_mean) == (kp, ko)
+        assert SYNTHETIC[name] == b.scaled_to_means(name, pm, om, SYNTHETIC[name].source)
+
+
 def test_build_trace_order_and_cache(monkeypatch):
     path = shared(AZ_CONV)
     calls = []

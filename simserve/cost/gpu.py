@@ -22,10 +22,13 @@ returns the same floats the scalar path would: event leaping relies on that.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from simserve.hardware.attention import decode_steps_us
+from simserve.hardware.functions import _interp
 from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
@@ -162,6 +165,12 @@ class GpuCostModel:
         graph replay, whose back-to-back kernels hide `graph_overlap_us_per_kernel` each, or
         eager launches overlapping the GPU work layer by layer. Arrays allowed."""
         L = self.num_layers
+        if type(gpu_layer_us) is float:  # one step: plain floats, the same IEEE operations
+            if tokens <= self.graph_max:
+                a, b = gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us
+                return self.graph_us + L * (a if a >= b else b)
+            a = self.launch_layer_us
+            return L * (gpu_layer_us if gpu_layer_us >= a else a)
         if tokens <= self.graph_max:
             layer = np.maximum(gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us)
             return self.graph_us + L * layer
@@ -218,6 +227,80 @@ class GpuCostModel:
         if self.overlap:
             return np.maximum(host_us, forward_us)
         return host_us + forward_us
+
+    def decode_steps_s(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int):
+        """`decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k (k consecutive decode
+        steps of B sequences): the same floats, computed with fewer numpy calls."""
+        B = num_decodes
+        self._ensure(B)
+        layer = decode_steps_us(self.ops.decode_attn, B, ctx_sum0, ctx_max0, k)
+        layer += self._dense[B]
+        if B <= self.graph_max:
+            t = layer - self.graph_overlap_layer_us
+            layer *= 0.5
+            np.maximum(t, layer, out=t)
+            t *= self.num_layers
+            t += self.graph_us
+        else:
+            t = np.maximum(layer, self.launch_layer_us)
+            t *= self.num_layers
+        t += self._lm[B]
+        t *= self._situ[B]
+        if self.overlap:   # the same combination as `_combine`
+            np.maximum(t, self.iter_us + self.per_seq_us * B, out=t)
+        else:
+            t += self.iter_us + self.per_seq_us * B
+        t *= 1e-6
+        return t
+
+    def decode_steps_list(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int
+                          ) -> list[float]:
+        """`decode_steps_s(...)` as a list, for a few steps: plain-float arithmetic around
+        numpy's log2, interp and exp (the same floats; numpy calls cost more than the
+        arithmetic on short arrays)."""
+        B = num_decodes
+        fn = self.ops.decode_attn
+        grid = getattr(fn, "grid", None)
+        if grid is None:
+            return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
+        i, a, w, xbeyond = grid.x_plan(B)
+        y = [(ctx_sum0 + B * j) / B for j in range(k)]
+        ys = grid.ys
+        if xbeyond or y[0] < ys[0] or y[0] < 1.0 or y[-1] > ys[-1]:
+            return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
+        self._ensure(B)
+        lya = np.log2(y)
+        if a is None:
+            base = np.exp(_interp(lya, grid._ly, grid._lt[i])).tolist()
+        else:
+            a, w = float(a), float(w)
+            r1 = _interp(lya, grid._ly, grid._lt[i + 1]).tolist()
+            base = np.exp([a * p + w * q for p, q in
+                           zip(_interp(lya, grid._ly, grid._lt[i]).tolist(), r1)]).tolist()
+        dense, L, lm, situ = self._dense[B], self.num_layers, self._lm[B], self._situ[B]
+        host = self.iter_us + self.per_seq_us * B
+        graph = B <= self.graph_max
+        ov, g, la = self.graph_overlap_layer_us, self.graph_us, self.launch_layer_us
+        imb = fn.imbalance
+        e0 = -(-ctx_sum0 // B)
+        if imb is not None and ctx_max0 > e0:  # unequal contexts (constant over the steps)
+            rate, sqrt = imb.rate, math.sqrt
+            attn = []
+            add = attn.append
+            for b, lmx, leq in zip(base, imb.longest_run(B, ctx_max0, k).tolist(),
+                                   imb.longest_run(B, e0, k).tolist()):
+                scale = 1.0 / (rate * (b if b >= 1e-9 else 1e-9))
+                x, xe = lmx * scale, leq * scale
+                add(b * (sqrt(1.0 + x * x) / sqrt(1.0 + xe * xe)) + dense)
+        else:
+            attn = [b + dense for b in base]
+        if graph:
+            fwd = [((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm) * situ for v in attn]
+        else:
+            fwd = [(L * (v if v >= la else la) + lm) * situ for v in attn]
+        if self.overlap:   # the same combination as `_combine`
+            return [(f if f >= host else host) * 1e-6 for f in fwd]
+        return [(host + f) * 1e-6 for f in fwd]
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads

@@ -16,6 +16,11 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+try:  # np.interp without its Python wrapper (the same compiled function)
+    from numpy._core.multiarray import interp as _interp
+except ImportError:  # pragma: no cover - older numpy
+    _interp = np.interp
+
 
 @dataclass(slots=True)
 class Curve:
@@ -109,6 +114,7 @@ class Grid:
     _lt: np.ndarray = field(default=None, repr=False)
     _warned: bool = field(default=False, repr=False)
     _py: tuple = field(default=None, repr=False)
+    _plans: dict = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.xs = np.asarray(self.xs, dtype=np.float64)
@@ -141,9 +147,10 @@ class Grid:
         """The same function for one point in plain Python (no numpy call overhead); may
         differ from `__call__` in the last bit, so use one or the other for a quantity."""
         if self._py is None:
-            self._py = (self._lx.tolist(), self._ly.tolist(), self._lt.tolist())
-        lxs, lys, lts = self._py
-        xs0, xs1, ys0, ys1 = self.xs[0], self.xs[-1], self.ys[0], self.ys[-1]
+            self._py = (self._lx.tolist(), self._ly.tolist(), self._lt.tolist(),
+                        (float(self.xs[0]), float(self.xs[-1]), float(self.ys[0]),
+                         float(self.ys[-1])))
+        lxs, lys, lts, (xs0, xs1, ys0, ys1) = self._py
         xc = min(max(x, xs0), xs1)
         yc = min(max(y, ys0), ys1)
         lx = math.log2(max(xc, 1.0))
@@ -162,6 +169,64 @@ class Grid:
         if x > xs1:
             out *= x / xs1
         return out
+
+    def x_plan(self, x):
+        """`__call__`'s work that depends on x alone, cached: (row i, its weight 1 - w, the next
+        row's weight w or None on the last row, x beyond the grid)."""
+        plans = self._plans
+        if plans is None:
+            plans = self._plans = {}
+        p = plans.get(x)
+        if p is None:
+            xf = float(x)
+            xc = min(max(xf, self.xs[0]), self.xs[-1])
+            lx = np.log2(max(xc, 1.0))
+            i = int(np.searchsorted(self._lx, lx, side="right")) - 1
+            i = min(max(i, 0), len(self.xs) - 1)
+            if i == len(self.xs) - 1:
+                p = (i, None, None, xf > self.xs[-1])
+            else:
+                w = (lx - self._lx[i]) / (self._lx[i + 1] - self._lx[i])
+                p = (i, 1.0 - w, w, xf > self.xs[-1])
+            plans[x] = p
+        return p
+
+    def at(self, x, y: float) -> float:
+        """`float(__call__(x, y))` for one number y, with fewer numpy calls (the same floats)."""
+        i, a, w, xbeyond = self.x_plan(x)
+        ys = self.ys
+        ya = y if y >= ys[0] else ys[0]
+        lya = np.log2(ya if ya >= 1.0 else 1.0)
+        if a is None:
+            out = np.exp(_interp(lya, self._ly, self._lt[i]))
+        else:
+            out = np.exp(a * _interp(lya, self._ly, self._lt[i])
+                         + w * _interp(lya, self._ly, self._lt[i + 1]))
+        if ya > ys[-1] or xbeyond:
+            if not self._warned:
+                log.info("%s: extending beyond the grid along its roofline ratio", self.name)
+                self._warned = True
+            if ya > ys[-1]:
+                out = out * ya / ys[-1]
+            if xbeyond:
+                out = out * float(x) / self.xs[-1]
+        return float(out)
+
+    def rising(self, x, y0: float, y: np.ndarray):
+        """`__call__(x, y)` for a non-decreasing float64 array y whose first element is y0, in
+        fewer numpy calls (the same floats: the same operations on the same values)."""
+        i, a, w, xbeyond = self.x_plan(x)
+        if xbeyond or y0 < self.ys[0] or y0 < 1.0 or y[-1] > self.ys[-1]:
+            return self(x, y)  # clamping or extension: the general path
+        lya = np.log2(y)
+        if a is None:
+            return np.exp(_interp(lya, self._ly, self._lt[i]))
+        lt = _interp(lya, self._ly, self._lt[i])
+        lt *= a
+        r1 = _interp(lya, self._ly, self._lt[i + 1])
+        r1 *= w
+        lt += r1
+        return np.exp(lt, out=lt)
 
     def __call__(self, x, y):
         xf = float(x)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.vllm_engine import ChunkedEngine
+from simserve.policies.vllm_engine import SMALL_BATCH, ChunkedEngine
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.replicas import build_replicas
 
@@ -19,6 +19,8 @@ class VllmEngine(ChunkedEngine):
             return _EMPTY, _EMPTY, False
         t, bs = self.ctx.table, self.pool.block_size
         ids = np.asarray(self.running, dtype=np.int64)
+        if len(ids) <= SMALL_BATCH:
+            return self._schedule_running_small(t, bs, ids)
         need = t.num_tokens[ids] - t.computed[ids]
         n = np.clip(self.budget - (np.cumsum(need) - need), 0, need)
         nb = np.where(n > 0, np.maximum(0, -(-(t.computed[ids] + n) // bs) - t.blocks[ids]), 0)
@@ -29,6 +31,38 @@ class VllmEngine(ChunkedEngine):
             t.blocks[ids] += nb
             return ids[keep], n[keep], False
         return self._schedule_running_slow()
+
+    def _schedule_running_small(self, t, bs: int, ids: np.ndarray):
+        """The vectorised common case above on plain ints (a small batch: numpy calls cost
+        more than the arithmetic); the same decisions."""
+        c = t.computed[ids].tolist()
+        held = t.blocks[ids].tolist()
+        left = self.budget  # budget less every earlier request's need (the cumsum above)
+        out_n, nbs, total, keep = [], [], 0, True
+        for x, tok, h in zip(c, t.num_tokens[ids].tolist(), held):
+            need = tok - x
+            n = need if need < left else (left if left > 0 else 0)
+            left -= need
+            nb = 0
+            if n > 0:
+                nb = -(-(x + n) // bs) - h
+                if nb < 0:
+                    nb = 0
+            else:
+                keep = False
+            out_n.append(n)
+            nbs.append(nb)
+            total += nb
+        if total > self.pool.num_free:
+            return self._schedule_running_slow()
+        self.pool.allocate(total)
+        if total:
+            t.blocks[ids] = [h + nb for h, nb in zip(held, nbs)]
+        n = np.array(out_n, dtype=np.int64)
+        if keep:
+            return ids, n, False
+        k = n > 0
+        return ids[k], n[k], False
 
     def _schedule_running_slow(self):
         """The reference loop: newest running requests are preempted until the next fits."""

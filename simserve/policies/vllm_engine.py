@@ -22,10 +22,13 @@ Freed blocks keep their hashes until LRU eviction reuses them.
 
 Between interesting events (an arrival, a request finishing, a KV shortfall) a decode-only
 engine repeats one step with contexts one longer; `_leap` advances k such steps at once with
-results identical to stepping (tests check this), which is where the speed comes from.
+results identical to stepping (tests check this), which is where the speed comes from. A batch
+is small (about ten requests at moderate load), so the leap and, up to 48 requests, the
+schedule work on plain ints: numpy's per-call cost exceeds the arithmetic there.
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 import numpy as np
@@ -36,11 +39,20 @@ from simserve.errors import ConfigError
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
-from simserve.sim.leap import decode_ends, largest_k, steps_before
+from simserve.sim.leap import largest_k, leap_ends
 from simserve.kv_budget import gpu_kv_budget
 from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
+SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plain ints
+
+
+def _new_blocks(room: list[int], k: int, bs: int) -> int:
+    """KV blocks that k more tokens take beyond the held ones: Σ max(0, ceil((k - room)/bs)),
+    i.e. Σ max(0, ceil((computed + k)/bs) - held)."""
+    return sum(-((r - k) // bs) for r in room if r < k)
+
+
 
 
 class ChunkedEngine:
@@ -98,6 +110,7 @@ class ChunkedEngine:
         self.clock = 0.0
         self._wake = None
         self.num_preemptions = 0
+        self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
 
     # -- queue interface used by the router ---------------------------------------------
     def load(self) -> int:
@@ -163,7 +176,7 @@ class ChunkedEngine:
                 self._wake = None
                 self.clock = max(self.clock, env.now)
                 continue
-            if self.cfg.leap and self._leap_ok():
+            if self.cfg.leap:
                 k = self._leap()
                 if k:
                     yield env.timeout(max(0.0, self.clock - env.now))
@@ -189,6 +202,23 @@ class ChunkedEngine:
 
     def _shape(self, ids: np.ndarray, n: np.ndarray) -> tuple[BatchShape, np.ndarray]:
         t = self.ctx.table
+        if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here
+            pre_n, pre_c, dctx, sample = [], [], [], []
+            for x, k, tok, g in zip(t.computed[ids].tolist(), n.tolist(),
+                                    t.num_tokens[ids].tolist(), t.generated[ids].tolist()):
+                if k == 1 and x == tok - 1 and g > 0:
+                    dctx.append(x + 1)
+                else:
+                    pre_n.append(k)
+                    pre_c.append(x)
+                sample.append(x + k == tok)
+            dc = np.array(dctx, dtype=np.int64)
+            shape = BatchShape(
+                num_tokens=int(n.sum()), prefill_chunks=np.array(pre_n, dtype=np.int64),
+                prefill_ctx=np.array(pre_c, dtype=np.int64), num_decodes=len(dctx),
+                decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample), decode_ctx=dc)
+            self.prefill_tokens += shape.num_tokens - shape.num_decodes
+            return shape, np.array(sample, dtype=bool)
         c = t.computed[ids]
         ntok = t.num_tokens[ids]
         dec = (n == 1) & (c == ntok - 1) & (t.generated[ids] > 0)
@@ -228,54 +258,63 @@ class ChunkedEngine:
                                  self.pool.num_used, t.num_emitted)
 
     # -- event leaping --------------------------------------------------------------------
-    def _leap_ok(self) -> bool:
-        if not self.running or len(self.running) > self.budget:
-            return False
+    def _leap_state(self):
+        """(ids, computed, generated, room) of a running batch that may leap (all decoding,
+        and with requests waiting the head of the queue blocked for the whole leap: free
+        blocks only shrink while decoding), else None; room = tokens each request's held KV
+        blocks still fit."""
+        running = self.running
+        if not running or len(running) > self.budget:
+            return None
         t = self.ctx.table
-        ids = np.asarray(self.running)
-        if np.any(t.computed[ids] != t.num_tokens[ids] - 1) or np.any(t.generated[ids] == 0):
-            return False  # a prefill (or recompute) is in flight
-        if not self.waiting:
-            return True
-        # the head must stay blocked for the whole leap: free blocks only shrink while decoding
-        nb0 = int(np.maximum(0, -(-(t.computed[ids] + 1) // self.pool.block_size) - t.blocks[ids]).sum())
-        return not self._head_admissible(len(ids), self.pool.num_free - nb0)
+        ids = np.array(running, dtype=np.int64)
+        c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
+        g = t.generated[ids].tolist()
+        if 0 in g or t.num_tokens[ids].tolist() != [x + 1 for x in c]:
+            return None  # a prefill (or recompute) is in flight
+        bs = self.pool.block_size
+        room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
+        if self.waiting and self._head_admissible(
+                len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
+            return None
+        return ids, c, g, room
 
     def _leap(self) -> int:
+        """Advance the decode-only batch k >= 2 steps at once (0: it cannot leap); the same
+        state, token times and samples as k single steps."""
+        st = self._leap_state()
+        if st is None:
+            return 0
+        ids, c, g, room = st
         t, bs = self.ctx.table, self.pool.block_size
-        ids = np.asarray(self.running)
-        c = t.computed[ids]
-        held = t.blocks[ids]
-        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
-
-        def new_blocks(k: int) -> int:
-            return int(np.maximum(0, -(-(c + k) // bs) - held).sum())
-
+        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
         free = self.pool.num_free
-        kmax = largest_k(kmax, lambda k: new_blocks(k) <= free)
+        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= free)
         if kmax < 2:
             return 0
-        ends = decode_ends(self.cost, self.clock, c, kmax)
-        k = steps_before(ends, kmax, self._next_arrival_s())
+        B = len(c)
+        clock = self.clock
+        ends = leap_ends(self.cost, clock, B, sum(c) + B, max(c) + 1, kmax,
+                         self._next_arrival_s(), self._step_hint)
+        self._step_hint = (ends[-1] - clock) / len(ends)
         if self.frontend is not None:
             # the front end serves work in time order: a leap may only submit the output work
             # of steps that end before the next arrival submits its admission work
-            k = min(k, int(np.searchsorted(ends, self.ctx.source.next_arrival_s, "left")))
+            ends = ends[:bisect.bisect_left(ends, self.ctx.source.next_arrival_s)]
+        k = len(ends)
         if k < 2:
             return 0
-        self.pool.allocate(new_blocks(k))
-        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
-        t.computed[ids] += k
-        if self.frontend is None:
-            t.emit_many(ids, ends[:k - 1])
-        else:
-            t.emit_many(ids, self.frontend.deliver_many(ends[:k - 1], len(ids)))
-        self.clock = float(ends[k - 1])
-        done = t.emit(ids, self._delivered(self.clock, len(ids)))
+        nb = _new_blocks(room, k, bs)
+        if nb:
+            self.pool.allocate(nb)
+            t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
+        t.computed[ids] = [x + k for x in c]
+        self.clock = ends[-1]
+        times = ends if self.frontend is None else self.frontend.deliver_many(np.array(ends), B)
+        done = t.emit_steps(ids, times, g)
         if len(done):
             self._finish(done)
-        rec = self.ctx.recorder
-        rec.num_iterations += k
+        self.ctx.recorder.num_iterations += k
         self._sample()
         return k
 

@@ -7,6 +7,7 @@ next arrival could be seen (`steps_before`).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -26,12 +27,55 @@ def largest_k(kmax: int, fits: Callable[[int], bool]) -> int:
 def decode_ends(cost, clock: float, computed: np.ndarray, k: int) -> np.ndarray:
     """End times of k consecutive decode steps of the sequences whose KV holds `computed`
     tokens, starting at `clock` (GpuCostModel.decode_only_s with Σ context and the longest)."""
-    steps = np.arange(k, dtype=np.int64)
-    S = int((computed + 1).sum()) + len(computed) * steps
-    d = np.atleast_1d(cost.decode_only_s(len(computed), S, int(computed.max()) + 1 + steps))
-    return np.cumsum(np.concatenate(([clock], d)))[1:]
+    B = len(computed)
+    s0, m0 = int(computed.sum()) + B, int(computed.max()) + 1
+    if getattr(type(cost), "decode_steps_s", None) is not None:  # GpuCostModel: fewer calls
+        d = cost.decode_steps_s(B, s0, m0, k)
+    else:  # wrappers (a real executor's replay) and other cost models
+        steps = np.arange(k, dtype=np.int64)
+        d = np.array(cost.decode_only_s(B, s0 + B * steps, m0 + steps), dtype=np.float64,
+                     ndmin=1)
+    # end times: clock + d0, then + d1, ... (cumsum adds in order, as stepping does)
+    d[0] += clock
+    return np.cumsum(d)
 
 
 def steps_before(ends: np.ndarray, kmax: int, next_arrival_s: float) -> int:
     """Steps to take: the first, and every later one that starts before the next arrival."""
     return min(kmax, 1 + int(np.searchsorted(ends, next_arrival_s, "left")))
+
+
+def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int, kmax: int,
+              next_arrival_s: float, step_hint: float = 0.0) -> list[float]:
+    """End times (plain floats) of the steps a leap takes: `decode_ends` of the batch whose
+    KV holds Σ ctx_sum0 - B tokens (longest ctx_max0 - 1), cut as `steps_before` cuts it.
+    Only about the steps taken are priced (`step_hint`, a recent step's duration, guesses how
+    many fit before the arrival; a GpuCostModel prices a few steps in plain floats, many in
+    numpy), so a leap that an arrival ends early costs little. The same floats as
+    `decode_ends` whatever the guess (tests check)."""
+    B, e, ends, j0 = num_decodes, clock, [], 0
+    fast = getattr(type(cost), "decode_steps_list", None) is not None
+    n = kmax
+    if step_hint > 0.0 and next_arrival_s < math.inf:
+        n = max(2, int((next_arrival_s - clock) / step_hint) + 2)
+    while j0 < kmax:
+        n = min(n, kmax - j0)
+        s0, m0 = ctx_sum0 + B * j0, ctx_max0 + j0
+        if not fast:
+            steps = np.arange(n, dtype=np.int64)
+            d = np.atleast_1d(cost.decode_only_s(B, s0 + B * steps, m0 + steps)).tolist()
+        elif n <= LIST_STEPS:
+            d = cost.decode_steps_list(B, s0, m0, n)
+        else:
+            d = cost.decode_steps_s(B, s0, m0, n).tolist()
+        for x in d:
+            e += x
+            ends.append(e)
+            if e >= next_arrival_s:  # the next step would start at or after the arrival
+                return ends
+        j0 += n
+        n = max(16, 2 * n)
+    return ends
+
+
+LIST_STEPS = 24  # below this many steps, plain-float pricing beats numpy's per-call cost

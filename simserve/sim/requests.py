@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # type-only: the core is handed these specs, it imports nothi
     from simserve.workload.spec import Workload
 
 
+SMALL = 48  # up to this many ids per call, loop over plain ints instead of numpy calls
+
+
 class RequestTable:
     def __init__(self, w: Workload):
         n = w.num_requests
@@ -49,6 +52,24 @@ class RequestTable:
 
     def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
         """One token sampled at time t for each id; returns the ids that finished."""
+        if len(ids) <= SMALL and not on_cpu:  # plain ints: numpy calls cost more here
+            il = ids.tolist()
+            g = self.generated[ids].tolist()
+            tt = self.token_times
+            for o, x in zip(self.offsets[ids].tolist(), g):
+                tt[o + x] = t
+            first = [r for r, x in zip(il, g) if x == 0]
+            if first:
+                self.first_token[first] = t
+            self.num_emitted += len(il)
+            g = [x + 1 for x in g]
+            self.generated[ids] = g
+            self.num_tokens[ids] += 1
+            done = ids[[x >= o for x, o in zip(g, self.output[ids].tolist())]]
+            if len(done):
+                self.finish[done] = t
+                self.num_finished += len(done)
+            return done
         g = self.generated[ids]
         self.token_times[self.offsets[ids] + g] = t
         if on_cpu:
@@ -76,6 +97,41 @@ class RequestTable:
         self.generated[ids] += k
         self.num_emitted += k * len(ids)
         self.num_tokens[ids] += k
+
+    def emit_steps(self, ids: np.ndarray, times, generated: list[int] | None = None
+                   ) -> np.ndarray:
+        """len(times) consecutive tokens for each id (a leap of k decode steps: `emit_many` of
+        the first k - 1, then `emit` of the last); `generated`: the ids' counts before, when
+        the caller has them (none may be 0: no first tokens). Returns the ids that finished."""
+        k = len(times)
+        times = np.asarray(times, dtype=np.float64)
+        if generated is None:
+            g = self.generated[ids]
+            first = ids[g == 0]
+            if len(first):
+                self.first_token[first] = times[0]
+        else:
+            g = generated
+        tt = self.token_times
+        if len(ids) <= SMALL:  # each request's tokens are one contiguous slice
+            for o, x in zip(self.offsets[ids].tolist(), list(g)):
+                tt[o + x:o + x + k] = times
+        else:
+            tt[(self.offsets[ids] + g)[:, None] + np.arange(k)] = times
+        self.num_tokens[ids] += k
+        self.num_emitted += k * len(ids)
+        if generated is not None:
+            g = [x + k for x in g]
+            self.generated[ids] = g
+            done = ids[[x >= o for x, o in zip(g, self.output[ids].tolist())]]
+        else:
+            g = g + k
+            self.generated[ids] = g
+            done = ids[g >= self.output[ids]]
+        if len(done):
+            self.finish[done] = times[-1]
+            self.num_finished += len(done)
+        return done
 
     def records(self) -> RequestRecords:
         return RequestRecords(

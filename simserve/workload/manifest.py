@@ -11,11 +11,8 @@ Search order for a named trace's file (`trace_dirs()`):
 from __future__ import annotations
 
 import hashlib
-import http.client
 import os
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +24,13 @@ from simserve.errors import ConfigError, SimserveError, did_you_mean
 MANIFEST_PATH = paths.data_dir("traces") / "manifest.yaml"
 DOWNLOAD_TIMEOUT_S = 60
 _CHUNK = 1 << 20
-_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, TimeoutError, OSError)
+
+
+def _network_errors() -> tuple:
+    """What a failed download raises (urllib and http.client are imported only to fetch)."""
+    import http.client
+    import urllib.error
+    return (urllib.error.URLError, http.client.HTTPException, TimeoutError, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +168,16 @@ def _download(entry: TraceEntry, out, opener) -> tuple[str, int]:
 
     Only the network side is wrapped, so a local write error stays an OSError."""
     h, size = hashlib.sha256(), 0
+    network_errors = _network_errors()
     try:
         resp = opener(entry.url, timeout=DOWNLOAD_TIMEOUT_S)
-    except _NETWORK_ERRORS as exc:
+    except network_errors as exc:
         raise _offline(entry, exc) from None
     with resp:
         while True:
             try:
                 chunk = resp.read(_CHUNK)
-            except _NETWORK_ERRORS as exc:
+            except network_errors as exc:
                 raise _offline(entry, exc) from None
             if not chunk:
                 break
@@ -184,9 +188,12 @@ def _download(entry: TraceEntry, out, opener) -> tuple[str, int]:
 
 
 def fetch_trace(name: str, dest: str | Path | None = None, *,
-                opener=urllib.request.urlopen) -> Path:
+                opener=None) -> Path:
     """Download the manifest trace `name` into `dest` (default: the user cache), verify its
     sha256, and move it into place atomically. An existing verified copy is kept as is."""
+    if opener is None:
+        import urllib.request
+        opener = urllib.request.urlopen
     manifest = load_manifest()
     if name not in manifest:
         raise SimserveError(f"unknown trace {name!r}{did_you_mean(name, manifest)}; "
