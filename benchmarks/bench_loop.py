@@ -60,11 +60,11 @@ CASES = {  # label: (policy, setting, policy parameters)
 def one(label: str, repeat: int) -> dict:
     import time
 
-    from simserve.experiment.config import parse_experiment
-    from simserve.experiment.runner import make_workload
+    from simserve.runner.config import parse_experiment
+    from simserve.runner.point import make_workload
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
     from simserve.policies import make_config
-    from simserve.sim.run import simulate_point
+    from simserve.run import simulate_point
 
     policy, s, params = CASES[label]
     cfg = parse_experiment({"model": s["model"], "hardware": s["hardware"],

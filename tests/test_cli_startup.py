@@ -63,7 +63,7 @@ def test_import_simserve_is_light():
 
 
 def test_run_path_does_not_import_scipy_stats():
-    mods = _modules_after("import simserve.experiment.cli")
+    mods = _modules_after("import simserve.runner.cli")
     assert "scipy.stats" not in mods and "matplotlib" not in mods
 
 
