@@ -98,6 +98,9 @@ class ConfluxConfig:
                               or not 0 <= m < 1):
             raise ValueError(f"tbt_margin: expected a fraction in [0, 1) or null (calibrated), "
                              f"got {m!r}")
+        if self.estimator_literal is not None and not isinstance(self.estimator_literal, bool):
+            raise ValueError(f"estimator_literal: expected true or false (or null: the "
+                             f"estimator's), got {self.estimator_literal!r}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator: expected one of {', '.join(ESTIMATORS)}, "
                              f"got {self.estimator!r}")
