@@ -124,3 +124,22 @@ def test_neo_once_a_prefill_goes_to_the_cpu_every_later_one_does():
     r = next_round(e)
     assert 2 not in r.pref_gpu.tolist() and 2 not in e.gpu_q
     assert r.pref_gpu.size == 0
+
+
+# -- LoongServe (policies.md §4: `max_wait_tokens`) ---------------------------------------------
+
+def test_loongserve_forms_a_prefill_only_after_max_wait_tokens_decode_iterations():
+    # request 0 decodes alone; request 1 arrives during its first decode iterations. LoongServe
+    # tries a prefill batch only when no decode runs or after max_wait_tokens (10) decode
+    # iterations since the last prefill: 1's first token comes after 0's 11th token (the
+    # prefill's token plus 10 decode iterations), not at the next iteration after it arrived
+    from tests.sp_hand import HW4
+    from simserve.sim.run import simulate_point
+    w = workload([0.0, 0.05], [2000, 500], [40, 5])
+    rec = simulate_point(w, "qwen3-14b", HW4, "loongserve", scheduler="fcfs").records
+    t0 = rec.token_times(0)
+    assert t0[1] > 0.05 or t0[2] > 0.05            # 1 arrives while 0 is decoding
+    assert rec.first_token_s[1] > t0[10]
+    # and then it is not kept waiting longer: its SP prefill (two decode steps long here; 0
+    # keeps decoding on another instance meanwhile) starts right after 0's 11th token
+    assert rec.first_token_s[1] <= t0[12] + 1e-9
