@@ -78,11 +78,13 @@ def _controls(args: argparse.Namespace) -> int:
     wait = args.assist_wait_us
     if wait is None:
         wait = C.stage_wait_us(gpu, m, args.tp, limit)
-    rt = C.route_times_from(gpu.ops(m.name, 1), cops, pcie, m, batches, wait_us=wait)
+    rt = C.route_times_from(gpu.ops(m.name, 1), cops, pcie, m, batches, wait_us=wait,
+                            host_us=C.assist_host_us(gpu.name))
     scores = C.route_scores(rt, m.num_layers)
     p, f = C.assist_thresholds(batches, scores, m.num_layers, args.eps)
     p0, f0 = C.assist_thresholds(batches, scores, m.num_layers, 0.0)
-    print(f"  Dense Assist thresholds over {pcie.name}, stage-boundary wait {wait:.0f} us: "
+    print(f"  Dense Assist thresholds over {pcie.name}, stage-boundary wait {wait:.0f} us, "
+          f"host launch + finalise {C.assist_host_us(gpu.name):.0f} us (Fig. 12, assumed): "
           f"(P, F) = ({p}, {f}) at eps={args.eps:g}; exact minimum ({p0}, {f0})")
     print("  route scores S_r(b) in ms (full / split / fused):")
     for i, b in enumerate(batches):

@@ -145,7 +145,9 @@ def test_isolated_cpu_request_matches_stage_sums(route):
     for j in range(N):
         end = max(end, pre + (j + 1) * layer) + copy
     ready = max(end, total)
-    h, host = LLAMA.hidden * 2, 30e-6     # bf16 row; assumed host launch+finalise per assist
+    # bf16 row; host launch + finalise per assist: DualPace Fig. 12's 30 % of a 0.7 ms-CUDA
+    # assist on the 4090 platform, 0.7 x 30 / 70 ms (an assumption taken from the paper)
+    h, host = LLAMA.hidden * 2, 0.7e-3 * 30 / 70
     post_attn = sum(float(cm.ops.dense[k](1)) for k in ("o", "gate_up", "down",
                                                         "elementwise")) * 1e-6
     head = float(cm.ops.lm_head(1)) * 1e-6
@@ -251,10 +253,27 @@ def test_bad_configs_name_the_field():
         simulate_point(workload([0.0], [10], [2]), LLAMA, no_cpu, "dualpace")
 
 
+def _controls(**kw):
+    return simulate_point(workload([0.0], [10], [2]), LLAMA, HW, "dualpace",
+                          **kw).stats["engines"][0]
+
+
 def test_profile_controls_resolve_to_the_paper_s_4090_values():
-    r = simulate_point(workload([0.0], [10], [2]), LLAMA, HW, "dualpace").stats["engines"][0]
+    r = _controls()
     assert r["gpu_token_limit"] == 1024 and r["cpu_batch_limit"] == 256   # §4.3
+    # the assist host cost is Fig. 12's (30 % of a 0.6-0.8 ms-CUDA assist: 0.3 ms), not a guess
+    assert 257 <= r["assist_host_us"] <= 343
     assert r["assist_p"] == 32          # Fig. 7a: P = 32 on this platform
+    # Alg. 1's exact minimum, ε = 0: the paper's (32, 0) (§4.3)
+    assert _controls(assist_eps=0.0)["assist_f"] == 0
+
+
+@pytest.mark.xfail(strict=True, reason="F does not match: (32, 2) here, the paper's (32, 16) at "
+                   "ε = 0.25 %. On our derived profiles Full-CPU costs 0.9-1.5 % more than "
+                   "Split-Final at b = 1-16, beyond the regret tolerance; the paper's chosen "
+                   "pair cost +0.070 % over its exact minimum (issue 13 §3)")
+def test_profile_controls_f_is_the_paper_s_16():
+    assert _controls()["assist_f"] == 16
 
 
 def test_chunked_prefill_isolated_request_is_the_sum_of_its_chunks():

@@ -88,7 +88,9 @@ def test_summary_keys_and_plain_types():
     s = summarize(EVEN, SLO(ttft_ms=500, tbt_ms=125))
     expected = {"completed", "duration", "total_input_tokens", "total_output_tokens",
                 "request_throughput", "output_throughput", "total_token_throughput",
-                "mean_normalized_latency_s", "num_unfinished", "slo_attainment", "request_goodput"}
+                "mean_normalized_latency_s", "num_unfinished", "slo_attainment", "request_goodput",
+                "keep_up_ratio", "backlog_requests_at_last_arrival",
+                "backlog_tokens_at_last_arrival"}
     for m in ("ttft", "tpot", "itl", "e2el"):
         expected |= {f"{k}_{m}_ms" for k in ("mean", "median", "std", "p50", "p90", "p99")}
     assert set(s) == expected

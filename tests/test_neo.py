@@ -237,7 +237,8 @@ def test_pipeline_iteration_time_by_hand(b1_rows, b1_ctx):
     pred, gpu, cpu = _predictor()
     # b0: one 512-token prompt, 2 GPU decodes (Σ ctx 800), 1 CPU decode (ctx 400); b1: CPU only
     b0 = SubBatch(n_pref=1, pref_tokens=512, pref_us=float(gpu.prefill_attn(
-        np.array([512]), np.array([0]))), n_gdec=2, gdec_ctx=800, n_cdec=1, cdec_ctx=400)
+        np.array([512]), np.array([0]))), n_gdec=2, gdec_ctx=800, n_cdec=1, cdec_ctx=400,
+        gdec_max=700)
     b1 = SubBatch(n_cdec=b1_rows, cdec_ctx=b1_ctx)
     ln = HW.pcie.link
     # per CPU row and layer: q,k,v down ((32 + 2·8)·128·2 B), attention output up (32·128·2 B)
@@ -245,14 +246,21 @@ def test_pipeline_iteration_time_by_hand(b1_rows, b1_ctx):
         return (ln["latency_us"] + rows * 12288 / (ln["d2h_gbps"] * 1e3)
                 + ln["latency_us"] + rows * 8192 / (ln["h2d_gbps"] * 1e3))
     lin0, lin1 = gpu.dense_layer_us(515), gpu.dense_layer_us(b1_rows)
-    ga0 = b0.pref_us + float(gpu.decode_attn(2, 800))
+    # the GPU terms are priced as a GPU-only step prices them: decode attention with its
+    # longest context (700 of 800; this derived profile has no unequal-context term, the
+    # measured H200 one has), the in-situ factor at the iteration's tokens, eager launches of
+    # both sub-batches' kernels (issue 13 §3)
+    ga0 = b0.pref_us + float(gpu.decode_attn(2, 800, 700))
+    oh = HW.gpu.overheads
+    knots = oh["in_situ"]
+    situ = float(np.interp(np.log2(515 + b1_rows), np.log2(knots["tokens"]), knots["factor"]))
     ca0 = cpu.attention_us(1, 400) + copy_us(1)
     ca1 = cpu.attention_us(b1_rows, b1_ctx) + copy_us(b1_rows)
-    layer = max(lin1 + ga0, ca0) + max(lin0, ca1)
+    layer = max(situ * (lin1 + ga0), ca0) + max(situ * lin0, ca1)
+    layer = max(layer, 2 * oh["launch_us_per_kernel"] * oh["kernels_per_layer"])
     n = 4 + b1_rows
-    oh = HW.gpu.overheads
     want = (oh["iteration_us"] + oh["per_seq_us"] * n + 32 * layer
-            + float(gpu.ops.lm_head(n))) * 1e-6
+            + situ * float(gpu.ops.lm_head(n))) * 1e-6
     assert pred.pipeline_s(b0, b1)[0] == pytest.approx(want, rel=1e-9)
     if b1_rows == 64:
         assert ca1 > lin0          # the CPU side is the critical path here
@@ -376,3 +384,18 @@ def test_missing_cpu_and_long_prompts_are_config_errors():
         _neo(w, host_kv_gib=0.1)
     with pytest.raises(ConfigError, match="neo.tp"):
         _neo(w, tp=2)
+
+
+def test_host_kv_pool_is_sized_as_dualpace_sizes_it():
+    # one definition of host_kv_gib for both CPU-offloading designs (issue 13 §3): the host
+    # memory for KV across all TP ranks. 2x H20, Qwen3-14B: 40 layers x 8 KV heads x 128 x 2
+    # (K, V) x 2 B = 163,840 B per token for both ranks; 200 GiB / (16 x 163,840 B) = 81,920
+    # blocks (NEO read it per rank until 2026-12-01: twice that)
+    hw = resolve_hardware(HardwareConfig(gpu="h20", num_gpus=2, cpu="xeon-8469c", cpu_cores=24))
+    w = workload([0.0], [10], [2])
+    neo = simulate_point(w, "qwen3-14b", hw, "neo", tp=2, host_kv_gib=200.0)
+    dp = simulate_point(w, "qwen3-14b", hw, "dualpace", host_kv_gib=200.0, cpu_batch_limit=256,
+                        gpu_token_limit=1024, assist_p=32, assist_f=16)
+    want = 200 * 2**30 // (16 * 40 * 8 * 128 * 2 * 2)
+    assert neo.stats["engines"][0]["num_cpu_blocks"] == want
+    assert dp.stats["engines"][0]["num_cpu_blocks"] == want

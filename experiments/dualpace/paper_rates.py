@@ -115,7 +115,12 @@ def run_sweep(stem: str, workload: str, workers: int, policies: list[str] | None
         cmd += ["--set", f"workload.rates={PAPER_MEANS_RATES[stem]}"]
     if policies:
         tp = PAPER[stem][2] if stem in PAPER else 1
-        pol = ", ".join("{name: %s%s}" % (p, f", tp: {tp}" if tp > 1 and p != "dualpace" else "")
+        # §6.4: the paper's runs set C = 256; the host KV is the same aggregate for both
+        # CPU-offloading designs, 120 GiB per GPU (as the YAMLs)
+        kv = f", host_kv_gib: {120 * tp}" if tp > 1 else ""
+        pol = ", ".join("{name: %s%s}" % (p, f", tp: {tp}{kv if p == 'neo' else ''}"
+                                          if tp > 1 and p != "dualpace" else
+                                          f", cpu_batch_limit: 256{kv}" if p == "dualpace" else "")
                         for p in policies)
         cmd += ["--set", f"policies=[{pol}]"]
     if requests:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ASSIST_HOST_US = 30.0  # host launch + finalise per assist (assumed; DualPace Fig. 12: 30-40 %
-#                        of an assist's GPU time, whose CUDA segment is 0.6-0.8 ms at b = 256)
+ASSIST_HOST_US = 300.0  # host launch + finalise per assist, ASSUMED from DualPace Fig. 12 (the
+#                         RTX 4090 platform's 30 % beside a 0.7 ms CUDA segment); per platform:
+#                         `policies.dualpace.controls.assist_host_us`
 
 
 @dataclass(frozen=True, slots=True)

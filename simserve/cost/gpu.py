@@ -160,21 +160,23 @@ class GpuCostModel:
         return self._dense[tokens]
 
     # -- predictions --------------------------------------------------------------------
-    def layers_us(self, tokens: int, gpu_layer_us):
+    def layers_us(self, tokens: int, gpu_layer_us, graphs: bool = True, launches: float = 1.0):
         """All layers (µs) from one layer's summed kernel times under the launch model: a CUDA
         graph replay, whose back-to-back kernels hide `graph_overlap_us_per_kernel` each, or
-        eager launches overlapping the GPU work layer by layer. Arrays allowed."""
+        eager launches overlapping the GPU work layer by layer. Arrays allowed. `graphs=False`
+        forces the eager path; `launches` scales the kernels launched per layer (NEO's pipeline
+        launches two sub-batches' kernels per layer)."""
         L = self.num_layers
         if type(gpu_layer_us) is float:  # one step: plain floats, the same IEEE operations
-            if tokens <= self.graph_max:
+            if graphs and tokens <= self.graph_max:
                 a, b = gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us
                 return self.graph_us + L * (a if a >= b else b)
-            a = self.launch_layer_us
+            a = launches * self.launch_layer_us
             return L * (gpu_layer_us if gpu_layer_us >= a else a)
-        if tokens <= self.graph_max:
+        if graphs and tokens <= self.graph_max:
             layer = np.maximum(gpu_layer_us - self.graph_overlap_layer_us, 0.5 * gpu_layer_us)
             return self.graph_us + L * layer
-        return L * np.maximum(gpu_layer_us, self.launch_layer_us)
+        return L * np.maximum(gpu_layer_us, launches * self.launch_layer_us)
 
     def in_situ(self, tokens: int) -> float:
         """The profile's in-situ factor at `tokens` batch tokens (1 without one)."""

@@ -19,7 +19,7 @@ def bisect_experiment(cfg, targets: list[Target], *, lo=None, hi=None, rtol=0.02
     `run_point` per seed (seeds averaged). Simulations are cached across targets; returns the
     results and the number of distinct simulations run."""
     for t in targets:
-        if t.metric in ("slo_attainment", "request_goodput") and cfg.slo is None:
+        if {"slo_attainment", "request_goodput"} & set(t.metrics) and cfg.slo is None:
             raise SimserveError(f"{cfg.source}: target {t} needs an slo: in the experiment")
     validate(cfg)
     hardware = resolve_hardware(cfg.hardware)
@@ -39,6 +39,10 @@ def bisect_experiment(cfg, targets: list[Target], *, lo=None, hi=None, rtol=0.02
                                 f"{t.metric}={cache[key].get(t.metric, math.nan):.4g}")
                     v = cache[key].get(t.metric)
                     vals.append(math.nan if v is None else float(v))
+                for p in t.also:  # `A & B`: a probe where B fails fails (NaN) whatever A is
+                    vb = [cache[(pol.label, rate, seed)].get(p.metric) for seed in cfg.workload.seeds]
+                    if not p.passes(float(np.mean([math.nan if x is None else x for x in vb]))):
+                        return math.nan
                 return float(np.mean(vals))
             c = bisect_capacity(evaluate, t, lo=lo, hi=hi, start=(min(rates), max(rates)),
                                 rtol=rtol, atol=atol, group={"policy": pol.label})

@@ -87,6 +87,8 @@ def _method_line(t: Target, bisect: bool, rtol, atol) -> str:
                 "interpolated inside the final bracket")
     conv = ("first crossing" if t.op == "<=" else
             "first crossing: the highest rate below which it is never missed")
+    if t.also:
+        conv = "the first rate where any part fails"
     return (f"target {t}: linear interpolation between measured rates ({conv}), "
             "never extrapolated; seeds averaged per rate")
 
@@ -107,7 +109,7 @@ def _targets(args, available: set[str] | None) -> list[Target]:
     if args.target:
         return [parse_target(t) for t in args.target]
     ts = [parse_target(t) for t in DEFAULT_TARGETS]
-    return [t for t in ts if available is None or t.metric in available]
+    return [t for t in ts if available is None or set(t.metrics) <= available]
 
 
 def _experiment_path(path: Path) -> Path:
@@ -158,7 +160,7 @@ def _capacity(args: argparse.Namespace) -> int:
             records = load_records(path)
         available = {k for r in records for k in r}
         targets = _targets(args, available)
-        missing = [str(t) for t in targets if t.metric not in available]
+        missing = [str(t) for t in targets if not set(t.metrics) <= available]
         if missing:
             raise SimserveError(f"{path}: no {', '.join(missing)} in these results "
                                 "(slo_attainment needs an slo: in the experiment)")

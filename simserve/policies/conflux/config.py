@@ -21,6 +21,16 @@ SCHEDULERS = ("slo", "fcfs")
 # Qwen3-14B 6 / 7.5 / 7 % at τ = 50 / 100 / 150 ms, Llama-3.1-8B 9 % at 50 ms, Qwen3-32B
 # (TP2 × SP4) 7.5 % at 100 ms (`python benchmarks/conflux_estimator.py`). 0: the paper's rule.
 DEFAULT_TBT_MARGIN = None
+# The estimator ConfluxServe dispatches with (issue 13 §2):
+# - "paper" (default): the paper's, built as §6.2 / App. D build it: affine f_D in Σ context
+#   (Eq. 8), Eq. 2 to the letter (a lone path is multiplied by its factor too), α, β fitted
+#   for the lowest MAPE on mixed batches of the "hardware" (the cost model), no dispatch margin;
+# - "oracle" (the default until 2026-12-01): f_D read from the ground-truth decode-attention
+#   profile (longest context included), α, β copied from the cost model, contention only where
+#   both paths run, and a dispatch margin calibrated so that the simulator's own p99 iteration
+#   stays within τ: knowledge the real system does not have.
+# decode_estimate, estimator_literal and tbt_margin override the preset's choice one by one.
+ESTIMATORS = ("paper", "oracle")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +52,16 @@ class ConfluxConfig:
     # the split attention region overlaps prefill and decode attention (max of the two paths);
     # False runs them one after the other (their sum): Fig. 13's first ablation
     overlap: bool = True
-    tbt_margin: float | None = DEFAULT_TBT_MARGIN  # dispatch against τ·(1 − margin); see above
+    estimator: str = "paper"         # "paper" or "oracle" (above)
+    # dispatch against τ·(1 − margin); None: the preset's (paper 0, oracle calibrated, above)
+    tbt_margin: float | None = DEFAULT_TBT_MARGIN
     # f_D of the estimator: "profile" evaluates the decode-attention profile of each rank's
     # decode set (longest context included: split-K stragglers); "affine" is Eq. 8 (a_D·Σc + a_D0)
-    decode_estimate: str = "profile"
+    decode_estimate: str | None = None   # None: the preset's (paper "affine", oracle "profile")
     # True: the estimator's Eq. 2 to the letter (a lone prefill or decode path is multiplied by
     # its contention factor too); False: α, β price the two paths running together only, as
     # the SP cost model does (estimator.py)
-    estimator_literal: bool = False
+    estimator_literal: bool | None = None  # None: the preset's (paper True, oracle False)
     eta: float = DEFAULT_ETA         # dual-mode placement threshold (not given by the paper)
     headroom: float = DEFAULT_HEADROOM
     quantum: int = DEFAULT_QUANTUM   # water-level alignment q
@@ -86,7 +98,13 @@ class ConfluxConfig:
                               or not 0 <= m < 1):
             raise ValueError(f"tbt_margin: expected a fraction in [0, 1) or null (calibrated), "
                              f"got {m!r}")
-        if self.decode_estimate not in DECODE_MODES:
+        if self.estimator_literal is not None and not isinstance(self.estimator_literal, bool):
+            raise ValueError(f"estimator_literal: expected true or false (or null: the "
+                             f"estimator's), got {self.estimator_literal!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator: expected one of {', '.join(ESTIMATORS)}, "
+                             f"got {self.estimator!r}")
+        if self.decode_estimate is not None and self.decode_estimate not in DECODE_MODES:
             raise ValueError(f"decode_estimate: expected one of {', '.join(DECODE_MODES)}, "
                              f"got {self.decode_estimate!r}")
         if not 0 <= self.eta <= 1:

@@ -32,7 +32,8 @@ import numpy as np
 from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies.conflux.dispatch import waterfill
-from simserve.policies.conflux.estimator import ConfluxEstimator, fit_estimator, prefill_work
+from simserve.policies.conflux.estimator import (ConfluxEstimator, fit_contention, fit_estimator,
+                                                 prefill_work)
 
 _US = 1e-6
 DECODE_MODES = ("profile", "affine")
@@ -178,7 +179,36 @@ def fit_from_cost(cost: SpCostModel, alpha: float, beta: float, max_tokens: int 
     return dataclasses.replace(est, alpha=float(alpha), beta=float(beta))
 
 
-# dispatch-margin calibration (ConfluxConfig.tbt_margin = None)
+def fit_paper(cost: SpCostModel, max_tokens: int = 8192, quantum: int = 16,
+              decode: str = "affine", literal: bool = True, overlap: bool = True,
+              num: int = CALIBRATION_BATCHES, seed: int = CALIBRATION_SEED) -> ConfluxEstimator:
+    """The paper's estimator (ConfluxConfig.estimator = "paper"): the base functions fitted in
+    isolation (step 1; f_D affine in Σ context, Eq. 8, unless `decode` says otherwise), then α,
+    β ≥ 1 calibrated for the lowest MAPE on `num` random heterogeneous batches timed on the
+    "hardware", i.e. the cost model (App. D: "α and β are calibrated from mixed-batch
+    profiles"; `calibration_batches`, Table 4's ranges), under Eq. 2 as the estimator will
+    evaluate it (`literal`). Cached per configuration."""
+    key = (id(cost.base.gpu), cost.model.name, cost.R, cost.tp, cost.alpha, cost.beta,
+           cost.overlap, cost.base.graph_max, max_tokens, quantum, decode, literal, overlap,
+           num, seed)
+    hit = _PAPER_FITS.get(key)
+    if hit is not None and hit[0] is cost.base.gpu:
+        return hit[1]
+    est = dataclasses.replace(fit_base(cost, max_tokens, quantum, decode), literal=literal,
+                              overlap=overlap)
+    batches = calibration_batches(cost, num, seed)
+    paths = np.array([est.paths(n_p, n_d, dctx, pre, dmax)
+                      for _, n_p, n_d, dctx, dmax, pre in batches])
+    a, b = fit_contention(est, paths, [x[0] for x in batches])
+    est = dataclasses.replace(est, alpha=a, beta=b)
+    _PAPER_FITS[key] = (cost.base.gpu, est)
+    return est
+
+
+_PAPER_FITS: dict = {}
+
+
+# dispatch-margin calibration (ConfluxConfig.tbt_margin = None with estimator "oracle")
 MARGIN_POINTS = 1000
 MARGIN_STEP = 0.005
 MARGIN_QUANTILE = 99.0

@@ -13,7 +13,7 @@ from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
-from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost
+from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost, fit_paper
 from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
 from simserve.sim.context import SimContext
 from simserve.kv_budget import gpu_kv_budget
@@ -38,9 +38,14 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
                            overlap=cfg.overlap)
     except ValueError as exc:
         raise ConfigError(f"policy conflux: {exc}") from None
-    est = fit_from_cost(cost, alpha, beta, cfg.max_tokens_per_rank, cfg.quantum,
-                        cfg.decode_estimate)
-    est = dataclasses.replace(est, overlap=cfg.overlap, literal=cfg.estimator_literal)
+    paper = cfg.estimator == "paper"          # config.py: the paper's estimator or the oracle
+    decode = cfg.decode_estimate or ("affine" if paper else "profile")
+    literal = paper if cfg.estimator_literal is None else cfg.estimator_literal
+    if paper:
+        est = fit_paper(cost, cfg.max_tokens_per_rank, cfg.quantum, decode, literal, cfg.overlap)
+    else:
+        est = fit_from_cost(cost, alpha, beta, cfg.max_tokens_per_rank, cfg.quantum, decode)
+        est = dataclasses.replace(est, overlap=cfg.overlap, literal=literal)
     kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
                        cfg.block_size, cfg.max_tokens_per_rank, 1024, cuda_graphs=cfg.cuda_graphs)
     blocks = cfg.num_gpu_blocks_override or kv.num_blocks
@@ -48,9 +53,10 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
         raise ConfigError(f"policy conflux: tp: no memory left for KV on {hw.gpu.name} at TP"
                           f"{cfg.tp} ({kv.summary()}); use a larger base TP degree")
     check_fits(ctx, blocks, cfg.block_size, "conflux", kv.kv_bytes / 2**30, cfg.headroom)
-    # dispatch headroom: configured, or calibrated for this estimator at this τ (config.py)
+    # dispatch headroom: configured, else none (paper) or calibrated for this estimator at
+    # this τ (oracle; config.py)
     margin = cfg.tbt_margin if cfg.tbt_margin is not None else \
-        calibrate_margin(cost, est, cfg.tbt_ms * 1e-3)
+        0.0 if paper else calibrate_margin(cost, est, cfg.tbt_ms * 1e-3)
     per = hw.num_gpus // cfg.instances
     xs = [XpInstance(ctx, cfg, i, list(range(i * per, (i + 1) * per)), cost, est, blocks)
           for i in range(cfg.instances)]
@@ -65,7 +71,9 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
     for x in xs:
         x.counters = counters
     ctx.stats["estimator"] = {k: getattr(est, k) for k in
-                              ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0")}
+                              ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0",
+                               "alpha", "beta", "literal")}
+    ctx.stats["estimator"].update(kind=cfg.estimator, decode=decode)
     if len(xs) == 1:
         return xs[0].enqueue
 

@@ -20,8 +20,8 @@ class DualPaceConfig:
     assist_f: int | None = None                 # both None: fitted from the profiles at build
     assist_eps: float = 0.0025                  # Alg. 1 regret tolerance (§4.3: 0.25 %)
     assist_lambda: float = 1.0                  # λ_GPU of Eq. 6 (§4.3: 1)
-    # host launch + finalise of one assist on the GPU worker's service path (µs); assumed, as
-    # `controls.ASSIST_HOST_US` (Fig. 12: 30-40 % of an assist's GPU time)
+    # host launch + finalise of one assist on the GPU worker's service path (µs); None: Fig.
+    # 12's figure for the platform, `controls.assist_host_us` (300 on the 4090, 459 on H20)
     assist_host_us: float | None = None
     boundary_poll_us: float = 3.5     # empty assist poll per layer boundary (§6.4: 2-5 µs)
     # -- GPU engine ------------------------------------------------------------------------

@@ -40,7 +40,8 @@ def resolve(ctx, cfg: DualPaceConfig) -> dict:
     token_limit = cfg.gpu_token_limit or controls.gpu_token_limit_from(hw.gpu, m, tp)
     C = cfg.cpu_batch_limit or controls.cpu_batch_limit_from(
         hw.cpu.cpu_ops(m.name, hw.cpu_cores // cfg.cpu_tp))
-    host_us = controls.ASSIST_HOST_US if cfg.assist_host_us is None else cfg.assist_host_us
+    host_us = controls.assist_host_us(hw.gpu.name) if cfg.assist_host_us is None \
+        else cfg.assist_host_us
     if cfg.assist_p is None:
         P, F = fit_thresholds(ccost, hw.gpu, m, tp, hw.pcie, token_limit, host_us,
                               cfg.assist_eps, cfg.assist_lambda)

@@ -26,8 +26,10 @@ def _pools(ctx, cfg: NeoConfig) -> tuple[int, int, dict]:
     if gpu_blocks < 1:
         raise ConfigError(f"policy neo: no memory left for KV on {hw.gpu.name} at TP{cfg.tp} "
                           f"({kv.summary()}); lower max_tokens_in_batch or raise the TP degree")
-    # host blocks hold every layer of one rank's KV, as the GPU blocks do
-    block_bytes = cfg.block_size * m.kv_bytes_per_token_per_rank(cfg.tp)
+    # host_kv_gib is the host memory for KV across all TP ranks, as DualPace's (one definition
+    # for both, issue 13 §3): a block of `block_size` tokens holds every rank's share of them.
+    # (Until 2026-12-01 NEO read it per rank: TP t held t times DualPace's tokens.)
+    block_bytes = cfg.block_size * m.kv_bytes_per_token
     cpu_blocks = cfg.num_cpu_blocks_override or int(cfg.host_kv_gib * GIB // block_bytes)
     return gpu_blocks, cpu_blocks, dict(kv.summary(), num_gpu_blocks=gpu_blocks,
                                         num_cpu_blocks=cpu_blocks)

@@ -40,13 +40,14 @@ def _push_pref(b: SubBatch, length: int, us: float) -> None:
 
 def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: int,
            cpu_ids: np.ndarray, cpu_len: np.ndarray, cpu_grow: np.ndarray, rows: int, toks: int,
-           host_free: int, threshold: int) -> Decision:
+           host_free: int, threshold: int, gdec_max: int = 0) -> Decision:
     """`cpu_*`: the CPU decoding queue in order (ids, seq_len, 1 if its next token needs a new
-    host block); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth."""
+    host block); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth;
+    `gdec_max`: the longest GPU decode (priced in the pipeline's simulated time)."""
     lens = [int(x) for x in pref_gpu_len] + [int(x) for x in pref_cpu_len]
     is_gpu = [True] * len(pref_gpu_len) + [False] * len(pref_cpu_len)
     us = [pred.pref(x) for x in lens]
-    b0 = SubBatch(len(lens), sum(lens), float(sum(us)), n_gdec, gdec_ctx)
+    b0 = SubBatch(len(lens), sum(lens), float(sum(us)), n_gdec, gdec_ctx, gdec_max=gdec_max)
     g = b0.copy()
     b1 = SubBatch()
     if b0.num_reqs == 0:

@@ -46,6 +46,7 @@ class SubBatch:
     gdec_ctx: int = 0        # Σ seq_len of its GPU decodes
     n_cdec: int = 0
     cdec_ctx: int = 0        # Σ seq_len of its CPU decodes
+    gdec_max: int = 0        # longest GPU decode (simulated time only; NEO's tables lack it)
 
     @property
     def tokens(self) -> int:
@@ -57,7 +58,7 @@ class SubBatch:
 
     def copy(self) -> "SubBatch":
         return SubBatch(self.n_pref, self.pref_tokens, self.pref_us, self.n_gdec, self.gdec_ctx,
-                        self.n_cdec, self.cdec_ctx)
+                        self.n_cdec, self.cdec_ctx, self.gdec_max)
 
 
 class Predictor:
@@ -120,10 +121,18 @@ class Predictor:
                 + self.h2d.duration_s(n_cdec * self.act_h2d_bytes)) * 1e6
 
     def pipeline_layer_us(self, b0: SubBatch, b1: SubBatch) -> float:
-        ga0 = b0.pref_us + self.gdec(b0.n_gdec, b0.gdec_ctx)
+        """One pipelined layer (µs). Its GPU work is priced as `GpuCostModel.step_s` prices a
+        GPU-only iteration's: the same dense tables, decode attention with the longest-context
+        term, and the profile's in-situ factor at the iteration's tokens (on the GPU terms;
+        the CPU attention is not a GPU forward). Launches: see `pipeline_s`."""
+        g = self.gpu
+        situ = g.in_situ(b0.tokens + b1.tokens)
+        ga0 = b0.pref_us + (float(g.decode_attn(b0.n_gdec, b0.gdec_ctx, b0.gdec_max or None))
+                            if b0.n_gdec else 0.0)
         ca0 = self.cdec(b0.n_cdec, b0.cdec_ctx) + self.act_copy_us(b0.n_cdec)
         ca1 = self.cdec(b1.n_cdec, b1.cdec_ctx) + self.act_copy_us(b1.n_cdec)
-        return max(self.lin(b1.tokens) + ga0, ca0) + max(self.lin(b0.tokens), ca1)
+        return (max(situ * (self.lin(b1.tokens) + ga0), ca0)
+                + max(situ * self.lin(b0.tokens), ca1))
 
     def head_us(self, num_seqs: int) -> float:
         """Per-iteration host cost before the first layer."""
@@ -133,8 +142,16 @@ class Predictor:
         return float(self.gpu.ops.lm_head(rows)) if rows else 0.0
 
     def pipeline_s(self, b0: SubBatch, b1: SubBatch) -> tuple[float, float, float]:
-        """(iteration s, head s, layer s) of the asymmetric pipeline; every request samples."""
+        """(iteration s, head s, layer s) of the asymmetric pipeline; every request samples.
+
+        Launch cost as `GpuCostModel.layers_us` charges an eager forward: a layer takes at
+        least its kernels' launch time, here both sub-batches' kernels (2 × the profile's
+        kernels per layer). Assumption (ours): a layer interleaved with CPU attention is not
+        replayed from a captured CUDA graph, so no graph discount."""
         n = b0.num_reqs + b1.num_reqs
         layer = self.pipeline_layer_us(b0, b1)
+        layer = float(self.gpu.layers_us(b0.tokens + b1.tokens, layer, graphs=False,
+                                         launches=2.0)) / self.L
         head = self.head_us(n)
-        return (head + self.L * layer + self.lm_us(n)) * 1e-6, head * 1e-6, layer * 1e-6
+        lm = self.lm_us(n) * self.gpu.in_situ(b0.tokens + b1.tokens)
+        return (head + self.L * layer + lm) * 1e-6, head * 1e-6, layer * 1e-6

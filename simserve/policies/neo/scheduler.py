@@ -140,7 +140,7 @@ def next_round(e) -> Round:
     grow = (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
     d = decide(e.pred, t.num_tokens[pg], t.num_tokens[pc], len(run), int(t.num_tokens[run].sum()),
                cq, clen, grow, rows, toks, e.host_pool.num_blocks - cpu_need,
-               cfg.linr_s_threshold)
+               cfg.linr_s_threshold, int(t.num_tokens[run].max()) if len(run) else 0)
     r.decision = d
     # 6: commit the kept prefills and the growth of every decode that runs
     if d.mode == "none":
