@@ -102,11 +102,22 @@ class GpuCostModel:
         # timed kernels include (fitted from whole graph-replayed decode steps)
         self.graph_overlap_layer_us = float(oh.get("graph_overlap_us_per_kernel", 0.0)) * float(
             oh.get("kernels_per_layer", 0))
-        self.decode_attn = self.ops.decode_attn.us
+        self._decode_fn = self.ops.decode_attn
         self.prefill_attn = self.ops.prefill_attn.us
+        att = (host.attention or {}).get(model.name) if host is not None and tp == 1 else None
+        if att:  # the engine's own attention kernels, timed (vLLM's FA3: one varlen call)
+            from simserve.hardware.attention import decode_fn, prefill_fn
+            self.prefill_attn = prefill_fn(f"{host.name} prefill_attn",
+                                           dict(att["prefill_attn"])).us
+            self._decode_fn = decode_fn(f"{host.name} decode_attn", dict(att["decode_attn"]))
+            mixed_attention = "varlen" if "varlen_decode" in att else mixed_attention
+        self.decode_attn = self._decode_fn.us
         if mixed_attention not in ("split", "varlen"):
             raise ValueError(f"mixed_attention: expected 'split' or 'varlen', got {mixed_attention!r}")
         vl = self.ops.varlen_decode
+        if att and "varlen_decode" in att:
+            from simserve.hardware.functions import Affine
+            vl = Affine.from_mapping(f"{host.name} varlen_decode", dict(att["varlen_decode"]))
         if mixed_attention == "varlen" and vl is None:
             raise ValueError(f"mixed_attention 'varlen': profile {gpu.name} has no varlen_decode "
                              f"table for {model.name} at TP{tp}")
@@ -235,7 +246,7 @@ class GpuCostModel:
         steps of B sequences): the same floats, computed with fewer numpy calls."""
         B = num_decodes
         self._ensure(B)
-        layer = decode_steps_us(self.ops.decode_attn, B, ctx_sum0, ctx_max0, k)
+        layer = decode_steps_us(self._decode_fn, B, ctx_sum0, ctx_max0, k)
         layer += self._dense[B]
         if B <= self.graph_max:
             t = layer - self.graph_overlap_layer_us
@@ -261,7 +272,7 @@ class GpuCostModel:
         numpy's log2, interp and exp (the same floats; numpy calls cost more than the
         arithmetic on short arrays)."""
         B = num_decodes
-        fn = self.ops.decode_attn
+        fn = self._decode_fn
         grid = getattr(fn, "grid", None)
         if grid is None:
             return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()

@@ -8,7 +8,8 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         async_scheduling: true
         step_us: 2200.0              # engine-core host work per step: schedule, prepare
         step_per_seq_us: 15.0        #   inputs and launch, sample, update (+ per sequence)
-        gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's kernels
+        gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
+        attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
         frontend: {in_us, in_per_token_us, out_us, out_per_output_us}
         source: ...
 
@@ -40,6 +41,7 @@ class EngineHost:
     gpu_tokens: tuple = ()
     gpu_factor: tuple = ()
     frontend: dict | None = None
+    attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
 
     @property
     def ideal(self) -> bool:
@@ -89,4 +91,4 @@ def engine_host(profile, engine: str, version: str | None = None) -> EngineHost 
                       step_us=float(m.get("step_us", 0.0)),
                       step_per_seq_us=float(m.get("step_per_seq_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
-                      frontend=m.get("frontend"))
+                      frontend=m.get("frontend"), attention=m.get("attention"))

@@ -40,8 +40,13 @@ def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
     from simserve.hardware.setup import HardwareConfig
     from simserve.workload.spec import Workload
     order = np.argsort(run.send, kind="stable")
+    reqs = run.plan["requests"]
+    hashes = [reqs[i].get("h") for i in order] if any("h" in r for r in reqs) else None
+    # Mooncake plans carry the trace's 512-token block hashes: the prompts the client built
+    # share exactly those prefixes, which vLLM's prefix cache (and simserve's) sees
     w = Workload(arrival_s=run.send[order], prompt_tokens=run.prompt[order].astype(np.int64),
-                 output_tokens=run.output[order].astype(np.int64), name=run.name)
+                 output_tokens=run.output[order].astype(np.int64), name=run.name,
+                 hash_ids=hashes, hash_block_tokens=512)
     params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
                   max_num_seqs=meta["max_num_seqs"],
                   num_gpu_blocks_override=meta["num_gpu_blocks"], **policy)
