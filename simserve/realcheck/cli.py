@@ -290,7 +290,7 @@ def register(sub) -> None:
     q.add_argument("--budget-s", type=float, default=540, help="seconds for this call")
     q.add_argument("--score", action="store_true", help="re-score stored runs (no GPU)")
     q.add_argument("--root", default=VLLM_ROOT, help="stored runs (with --score)")
-    q.add_argument("--engine", default="vllm", help="vllm | ideal | legacy (with --score)")
+    q.add_argument("--engine", default="vllm", help="vllm | ideal | generic (with --score)")
     q.set_defaults(handler=_serve)
     q = vs.add_parser("engine", help="fit vLLM's host path from stored engine probes")
     q.add_argument("--root", default=VLLM_ROOT)

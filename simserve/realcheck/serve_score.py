@@ -50,7 +50,7 @@ def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
     params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
                   max_num_seqs=meta["max_num_seqs"],
                   num_gpu_blocks_override=meta["num_gpu_blocks"], **policy)
-    params["engine"] = "generic" if engine == "legacy" else engine
+    params["engine"] = engine
     res = simulate_point(w, run.plan["model"], HardwareConfig(gpu="h200-sxm"), "vllm", **params)
     rec = res.records
     times = [rec.token_times(i) for i in range(rec.num_requests)]
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=ROOT)
-    ap.add_argument("--engine", default="vllm", help="vllm (measured host path) | ideal | legacy (the profile's generic overheads)")
+    ap.add_argument("--engine", default="vllm", help="vllm (measured host path) | ideal | generic (the profile's generic overheads)")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     a = ap.parse_args(argv)
     rows = score(a.root, a.engine)
