@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from simserve.errors import SimserveError, did_you_mean
+from simserve.experiment.storage import from_strict_json
 from simserve.metrics import SLO, max_rate_meeting, summarize, sustainable_rate
 
 
@@ -38,7 +39,9 @@ def _metric_keys() -> tuple[str, ...]:
 METRIC_KEYS = _metric_keys()
 # identify a point, not a curve (a sweep may also name the rate and seed by their config keys)
 ID_KEYS = ("request_rate", "seed", "point", "workload.rates", "workload.rate", "workload.seeds",
-           "workload.seed")
+           "workload.seed",
+           # what every record says about its run (curves are named by policy and swept keys)
+           "date", "model", "gpu", "num_gpus", "policy_name", "policy_options")
 HIGHER_IS_BETTER = ("slo_attainment",)  # falls as the rate grows: targets use >=
 # DualPace's four latency targets (§6.1) and ConfluxServe's 95 % attainment.
 DEFAULT_TARGETS = ("mean_normalized_latency_s<=1", "p99_ttft_ms<=5000", "p99_itl_ms<=1500",
@@ -118,6 +121,7 @@ def load_records(path: str | Path) -> list[dict]:
         for k in ("policy", "request_rate"):
             if k not in r:
                 raise SimserveError(f"{f}: record {i} has no {k!r}")
+        from_strict_json(r)
     return recs
 
 
@@ -176,7 +180,7 @@ def rate_curves(records: list[dict], metric: str) -> list[Curve]:
     NaN: a seed where nothing was measurable counts as failing)."""
     if not any(metric in r for r in records):
         extra = (" (the experiment has no slo:, so nothing measured attainment)"
-                 if metric in ("slo_attainment", "request_goodput") else "")
+                 if metric in ("slo_attainment", "request_goodput", "slo_goodput") else "")
         raise SimserveError(f"{metric}: not in these results{extra}")
     out = []
     for group, recs in group_records(records):
@@ -333,7 +337,7 @@ def bisect_experiment(cfg, targets: list[Target], *, lo=None, hi=None, rtol=0.02
     from simserve.experiment.runner import Point, run_point, validate
     from simserve.hardware.setup import resolve_hardware
     for t in targets:
-        if t.metric in ("slo_attainment", "request_goodput") and cfg.slo is None:
+        if t.metric in ("slo_attainment", "request_goodput", "slo_goodput") and cfg.slo is None:
             raise SimserveError(f"{cfg.source}: target {t} needs an slo: in the experiment")
     validate(cfg)
     hardware = resolve_hardware(cfg.hardware)

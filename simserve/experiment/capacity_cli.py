@@ -136,7 +136,7 @@ def _capacity(args: argparse.Namespace) -> int:
         from simserve.experiment.config import load_experiment
         cfg = load_experiment(_experiment_path(path), args.set or [])
         targets = _targets(args, None if cfg.slo else
-                           set(METRIC_KEYS) - {"slo_attainment", "request_goodput"})
+                           set(METRIC_KEYS) - {"slo_attainment", "request_goodput", "slo_goodput"})
         log = (lambda s: print(s, file=sys.stderr)) if args.verbose else None
         rtol = args.tol if args.tol is not None else (0.0 if args.abs_tol else 0.02)
         rows, nsim = bisect_experiment(cfg, targets, lo=args.lo, hi=args.hi, rtol=rtol,

@@ -18,8 +18,10 @@ def _run(args: argparse.Namespace) -> int:
     recs = summary_records(results)
     print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
-          f"{cfg.workload.arrival} arrivals); times in seconds")
-    print(format_table(recs))
+          f"{cfg.workload.arrival} arrivals"
+          + (f", at most {cfg.workload.max_concurrency} in flight"
+             if cfg.workload.max_concurrency else "") + "); times in seconds")
+    print(format_table(recs, cfg.slo))
     capped = max(r["num_capped"] for r in recs)
     if capped:
         print(f"note: {capped} request(s) per point were capped at the model's max context")

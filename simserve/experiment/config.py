@@ -40,6 +40,20 @@ class WorkloadConfig:
     burstiness_cv: float = 1.0
     start: int = 0
     max_context: int | None = None  # default: the model's max context
+    # `vllm bench serve` names: the random dataset's lengths (trace: random; vLLM's defaults
+    # 1024 / 128 / 0.0 when not given), and the client's limit on requests in flight
+    random_input_len: int | None = None
+    random_output_len: int | None = None
+    random_range_ratio: float | None = None
+    max_concurrency: int | None = None
+    tile: int = 1  # repeat a trace file this many times in time (scale tests)
+
+    def random_params(self) -> dict:
+        """The random dataset's lengths with vLLM's defaults filled in."""
+        return {"random_input_len": 1024 if self.random_input_len is None else self.random_input_len,
+                "random_output_len": 128 if self.random_output_len is None else self.random_output_len,
+                "random_range_ratio": 0.0 if self.random_range_ratio is None
+                else self.random_range_ratio}
 
     def validate(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -60,6 +74,18 @@ class WorkloadConfig:
             raise ValueError(f"burstiness_cv: expected a positive number, got {self.burstiness_cv!r}")
         if not isinstance(self.start, int) or self.start < 0:
             raise ValueError(f"start: expected a non-negative integer, got {self.start!r}")
+        for k in ("random_input_len", "random_output_len", "random_range_ratio"):
+            if getattr(self, k) is not None and self.trace != "random":
+                raise ValueError(f"{k}: only for trace: random (this workload's trace is "
+                                 f"{self.trace!r})")
+        for k in ("random_input_len", "random_output_len", "max_concurrency", "tile"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{k}: expected a positive integer, got {v!r}")
+        r = self.random_range_ratio
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
+                              or not 0 <= r < 1):
+            raise ValueError(f"random_range_ratio: expected a number in [0, 1), got {r!r}")
 
 
 @dataclass(frozen=True)
@@ -85,8 +111,7 @@ class ExperimentConfig:
         return {
             "name": self.name, "model": self.model,
             "hardware": dataclasses.asdict(self.hardware),
-            "workload": {k: list(v) if isinstance(v, tuple) else v
-                         for k, v in dataclasses.asdict(self.workload).items()},
+            "workload": _resolved_workload(self.workload),
             "policies": [{"name": p.name, "label": p.label, **dataclasses.asdict(p.config)}
                          for p in self.policies],
             "slo": dataclasses.asdict(self.slo) if self.slo else None,
@@ -102,6 +127,27 @@ class ExperimentConfig:
 
 
 TOP_KEYS = ("name", "model", "hardware", "workload", "policies", "slo")
+# workload keys added after results were first stored: left out of the resolved config (and so
+# of the point hash) while at their defaults, so stored sweep points stay valid
+_LATER_WORKLOAD_DEFAULTS = {"random_input_len": None, "random_output_len": None,
+                            "random_range_ratio": None, "max_concurrency": None, "tile": 1}
+
+
+def _resolved_workload(w: WorkloadConfig) -> dict:
+    out = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(w).items()}
+    if w.trace == "random":
+        out.update(w.random_params())
+    for k, default in _LATER_WORKLOAD_DEFAULTS.items():
+        if out[k] == default:
+            del out[k]
+    return out
+
+
+def _inf(v):
+    """`inf` (also `Infinity`, `.inf`) as a rate: YAML reads the bare word as a string."""
+    if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", ".inf", "infinity"):
+        return float("inf")
+    return v
 
 
 def load_experiment(path: str | Path, overrides: list[str] = ()) -> ExperimentConfig:
@@ -194,6 +240,8 @@ def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
             if many in w:
                 v = w[many]
                 w[many] = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+        if "rates" in w:
+            w["rates"] = tuple(_inf(v) for v in w["rates"])
     wl = _dataclass_from(WorkloadConfig, _relocate(w, wl_obj), src, "workload",
                          rename=None)
     pols = data["policies"]

@@ -2,15 +2,19 @@
 folder, written atomically (a temporary sibling folder renamed into place at the end)."""
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.experiment.config import ExperimentConfig, PolicySpec
-from simserve.experiment.storage import atomic_folder, write_config, write_records
+from simserve.experiment.storage import (atomic_folder, records_frame, write_config,
+                                         write_records)
 from simserve.hardware.setup import resolve_hardware
 from simserve.metrics import request_frame, summarize
 from simserve.models import get_model
@@ -48,7 +52,8 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
     model = get_model(cfg.model)
     return build_workload(w.trace, num_requests=w.num_requests, arrival=w.arrival, rate=rate,
                           seed=seed, burstiness_cv=w.burstiness_cv,
-                          max_context=w.max_context or model.max_context, start=w.start)
+                          max_context=w.max_context or model.max_context, start=w.start,
+                          max_concurrency=w.max_concurrency, tile=w.tile, **w.random_params())
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
@@ -57,14 +62,27 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
                                     seed=pt.seed)
+    hw = cfg.hardware
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
-               "num_requests": wl.num_requests, "num_capped": int(wl.num_capped)}
+               "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
+               "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
+               "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
+               "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
     summary.update(summarize(res.records, cfg.slo))
     frame = request_frame(res.records, cfg.slo)
     frame.insert(0, "seed", pt.seed)
     frame.insert(0, "request_rate", pt.rate)
     frame.insert(0, "policy", pt.policy.label)
     return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
+
+
+def run_date() -> str:
+    """When a point ran, as `vllm bench serve` dates its results (%Y%m%d-%H%M%S, UTC here).
+    SOURCE_DATE_EPOCH (seconds) pins it, for byte-identical reruns."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    t = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() \
+        else datetime.now(timezone.utc)
+    return t.strftime("%Y%m%d-%H%M%S")
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -109,7 +127,7 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     with atomic_folder(out) as tmp:
         recs = summary_records(results)
         write_records(tmp / "summary.json", recs)
-        pd.DataFrame(recs).to_csv(tmp / "summary.csv", index=False)
+        records_frame(recs).to_csv(tmp / "summary.csv", index=False)
         pd.concat([r.requests for r in results], ignore_index=True).to_csv(
             tmp / "requests.csv", index=False, float_format="%.9g")
         write_config(tmp / "config.yaml", cfg.resolved(),
@@ -120,16 +138,19 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
 
 
 TABLE_COLUMNS = [
-    ("policy", "policy", None), ("request_rate", "rate", "{:g}"),
+    ("policy", "policy", None), ("request_rate", "rate req/s", "{:g}"),
+    ("max_concurrency", "max conc.", "{:d}"),
     ("mean_ttft_ms", "TTFT mean s", "s"), ("p99_ttft_ms", "TTFT p99 s", "s"),
     ("p99_itl_ms", "ITL p99 s", "s"), ("mean_tpot_ms", "TPOT mean s", "s"),
     ("p99_tpot_ms", "TPOT p99 s", "s"), ("mean_normalized_latency_s", "norm lat s/tok", "{:.3f}"),
     ("output_throughput", "out tok/s", "{:.0f}"), ("slo_attainment", "SLO att.", "{:.1%}"),
+    ("request_goodput", "goodput req/s", "{:.2f}"),
 ]
 
 
-def format_table(recs: list[dict]) -> str:
-    cols = [c for c in TABLE_COLUMNS if any(c[0] in r for r in recs)]
+def format_table(recs: list[dict], slo=None) -> str:
+    """The run table, with a footer saying its units and the SLO it was judged by."""
+    cols = [c for c in TABLE_COLUMNS if any(r.get(c[0]) is not None for r in recs)]
     rows = [[h for _, h, _ in cols]]
     for r in recs:
         row = []
@@ -147,7 +168,17 @@ def format_table(recs: list[dict]) -> str:
     widths = [max(len(x[i]) for x in rows) for i in range(len(cols))]
     lines = ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + table_footer(slo)
+
+
+def table_footer(slo) -> str:
+    """Two lines under a run table: its units and the SLO ("varies": one per sweep point)."""
+    units = ("units: TTFT, ITL, TPOT in s (from the request's send time); norm lat = E2E / "
+             "output tokens; rate, goodput in req/s; out tok/s = output tokens per s")
+    if slo == "varies":
+        return units + "\nSLO: varies by point (see each point's config.yaml)"
+    return units + "\n" + (f"SLO: {slo.describe()}" if slo is not None else
+                           "SLO: none (add slo: {ttft_ms, tbt_ms} to judge attainment and goodput)")
 
 
 def check_out_dir(out: Path) -> None:

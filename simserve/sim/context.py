@@ -9,26 +9,59 @@ import simpy
 
 from simserve.hardware.setup import Hardware
 from simserve.models import ModelSpec
+from simserve.sim.clock import at
 from simserve.sim.cluster import Cluster
 from simserve.sim.requests import RequestTable
 
 
 class ArrivalSource:
     """Delivers requests to the policy's handler at their arrival times (one event per
-    distinct arrival time, never per token). `next_arrival_s` lets engines bound event leaps."""
+    distinct arrival time, never per token). `next_arrival_s` lets engines bound event leaps.
 
-    def __init__(self, env: simpy.Environment, arrival_s: np.ndarray):
+    With `max_concurrency` N the source is a closed-loop client (`vllm bench serve
+    --max-concurrency`): a request is sent at its scheduled time or, if N requests are then in
+    flight, when one of them finishes, in schedule order. Send times go into `sent_s` (the
+    request table's `arrival`, so latencies count from them). The feedback path is `release`:
+    the request table calls it with the time of each finish.
+    """
+
+    def __init__(self, env: simpy.Environment, arrival_s: np.ndarray,
+                 max_concurrency: int | None = None, sent_s: np.ndarray | None = None):
         self.env = env
         self.arrival = arrival_s
         self.n = len(arrival_s)
         self.next_index = 0
         self.handler = None
+        self.max_concurrency = max_concurrency
+        self.sent = sent_s if sent_s is not None else np.array(arrival_s, dtype=np.float64)
+        self.num_in_flight = 0  # sent and not finished (a finish counts from its own time)
+        self._slot = None       # event the source waits on while N requests are in flight
 
     @property
     def next_arrival_s(self) -> float:
-        return float(self.arrival[self.next_index]) if self.next_index < self.n else np.inf
+        """No request is sent before this time. While the concurrency limit binds, a slot can
+        free whenever any engine finishes a request, so the answer is `now` (no leap)."""
+        if self.next_index >= self.n:
+            return np.inf
+        if self.max_concurrency is not None and self.num_in_flight >= self.max_concurrency:
+            return float(self.env.now)
+        return float(self.arrival[self.next_index])
+
+    def release(self, num: int, t: float) -> None:
+        """`num` requests finished at time t (>= now: an engine that leaps records finishes
+        ahead of the clock); their slots free at exactly t."""
+        ev = at(self.env, max(t, self.env.now))
+        ev.callbacks.append(lambda _ev: self._free(num))
+
+    def _free(self, num: int) -> None:
+        self.num_in_flight -= num
+        if self._slot is not None and not self._slot.triggered:
+            self._slot.succeed()
 
     def run(self):
+        if self.max_concurrency is not None:
+            yield from self._run_closed()
+            return
         env, arr, n = self.env, self.arrival, self.n
         i = 0
         while i < n:
@@ -38,6 +71,28 @@ class ArrivalSource:
             now = env.now
             j = i
             while j < n and arr[j] <= now:
+                j += 1
+            self.next_index = j
+            for rid in range(i, j):
+                self.handler(rid)
+            i = j
+
+    def _run_closed(self):
+        env, arr, n, limit, sent = self.env, self.arrival, self.n, self.max_concurrency, self.sent
+        i = 0
+        while i < n:
+            delay = arr[i] - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            while self.num_in_flight >= limit:
+                self._slot = env.event()
+                yield self._slot
+                self._slot = None
+            now = env.now
+            j = i
+            while j < n and arr[j] <= now and self.num_in_flight < limit:
+                sent[j] = now
+                self.num_in_flight += 1
                 j += 1
             self.next_index = j
             for rid in range(i, j):

@@ -15,7 +15,11 @@ class RequestTable:
     def __init__(self, w: Workload):
         n = w.num_requests
         self.n = n
-        self.arrival = np.asarray(w.arrival_s, dtype=np.float64)
+        # when the workload schedules each request, and when it reaches the server (the
+        # client's send time: later under a closed loop, see ArrivalSource); latencies count
+        # from `arrival`
+        self.scheduled = np.array(w.arrival_s, dtype=np.float64)
+        self.arrival = self.scheduled.copy()
         self.prompt = np.asarray(w.prompt_tokens, dtype=np.int64)
         self.output = np.asarray(w.output_tokens, dtype=np.int64)
         if n and (self.prompt.min() < 1 or self.output.min() < 1):
@@ -34,6 +38,7 @@ class RequestTable:
         self.token_on_cpu = None  # per-token residency, allocated by CPU-tier engines
         self.num_finished = 0
         self.num_emitted = 0
+        self.on_finish = None  # on_finish(num, t): requests finished at t (closed-loop clients)
 
     def track_cpu_tokens(self) -> None:
         """Start recording which tokens a CPU engine decodes (`emit(..., on_cpu=True)`)."""
@@ -57,6 +62,8 @@ class RequestTable:
         if len(done):
             self.finish[done] = t
             self.num_finished += len(done)
+            if self.on_finish is not None:
+                self.on_finish(len(done), t)
         return done
 
     def emit_many(self, ids: np.ndarray, times: np.ndarray, on_cpu: bool = False) -> None:
@@ -75,5 +82,5 @@ class RequestTable:
             arrival_s=self.arrival, prompt_tokens=self.prompt, output_tokens=self.output,
             first_token_s=self.first_token, finish_s=self.finish, token_offsets=self.offsets,
             token_times_s=self.token_times, num_preemptions=self.preemptions,
-            token_on_cpu=self.token_on_cpu,
+            token_on_cpu=self.token_on_cpu, scheduled_s=self.scheduled,
         )

@@ -42,7 +42,10 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     env = simpy.Environment()
     cluster = Cluster.build(env, hardware.gpu, hardware.num_gpus, hardware.pcie, hardware.nvlink)
     table = RequestTable(workload)
-    source = ArrivalSource(env, table.arrival)
+    limit = getattr(workload, "max_concurrency", None)
+    source = ArrivalSource(env, table.scheduled, limit, sent_s=table.arrival)
+    if limit is not None:
+        table.on_finish = source.release
     ctx = SimContext(env=env, model=model, hardware=hardware, cluster=cluster, table=table,
                      source=source, recorder=Recorder(), rng=np.random.default_rng(seed),
                      gpu_cost_hook=gpu_cost_hook)

@@ -15,6 +15,9 @@ class Workload:
     output_tokens  int64 >= 1 (tokens the request generates, the first one included)
     name           where it came from (trace name or generator)
     num_capped     how many requests were shortened to fit the model's max context
+    max_concurrency  the client's limit on requests in flight (`vllm bench serve
+                   --max-concurrency`): a request waits past its arrival time until fewer are
+                   in flight; None sends every request at its arrival time (open loop)
     """
 
     arrival_s: np.ndarray
@@ -23,11 +26,16 @@ class Workload:
     name: str = "workload"
     num_capped: int = 0
     meta: dict = field(default_factory=dict)
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if len(self.prompt_tokens) != n or len(self.output_tokens) != n:
             raise ValueError("Workload arrays must have equal lengths")
+        m = self.max_concurrency
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer))
+                              or m < 1):
+            raise ValueError(f"max_concurrency: expected a positive integer or null, got {m!r}")
 
     @property
     def num_requests(self) -> int:
