@@ -230,18 +230,27 @@ def summarize(records: RequestRecords, slo: SLO | None = None) -> dict[str, floa
     (finished requests per second meeting the TTFT, and where given TPOT and E2E, thresholds).
     """
     d = _derive(records)
+    met = _slo_met(records, slo, d["finished"]) if slo is not None else None
+    return summarize_derived(d, records.prompt_tokens, records.output_tokens, records.finish_s,
+                             records.arrival_s, slo, met, _stats("itl", d["itl"]))
+
+
+def summarize_derived(d: dict, prompt_tokens, output_tokens, finish_s, arrival_s,
+                      slo: SLO | None, slo_met, itl_stats: dict) -> dict[str, float]:
+    """`summarize` from per-request latencies (`_derive`'s, ITL gaps aside), the SLO verdicts
+    and the ITL statistics: a streamed run gathers these chunk by chunk."""
     fin = d["finished"]
     n = len(fin)
     completed = int(fin.sum())
     duration = math.nan
     if completed:
-        duration = float(np.max(np.asarray(records.finish_s)[fin]) - np.min(records.arrival_s))
+        duration = float(np.max(np.asarray(finish_s)[fin]) - np.min(arrival_s))
 
     def per_s(x: float) -> float:
         return float(x / duration) if duration > 0 else math.nan
 
-    n_in = int(np.asarray(records.prompt_tokens, dtype=np.int64)[fin].sum())
-    n_out = int(np.asarray(records.output_tokens, dtype=np.int64)[fin].sum())
+    n_in = int(np.asarray(prompt_tokens, dtype=np.int64)[fin].sum())
+    n_out = int(np.asarray(output_tokens, dtype=np.int64)[fin].sum())
     out: dict[str, float] = {
         "completed": completed,
         "duration": duration,
@@ -252,17 +261,46 @@ def summarize(records: RequestRecords, slo: SLO | None = None) -> dict[str, floa
         "total_token_throughput": per_s(n_in + n_out),
     }
     for name in LATENCY_METRICS:
-        vals = d[name] if name == "itl" else d[name][np.isfinite(d[name]) & fin]
-        out.update(_stats(name, vals))
+        if name == "itl":
+            out.update(itl_stats)
+        else:
+            out.update(_stats(name, d[name][np.isfinite(d[name]) & fin]))
     norm = d["normalized"][fin]
     out["mean_normalized_latency_s"] = float(np.mean(norm)) if norm.size else math.nan
     out["num_unfinished"] = n - completed
     if slo is not None:
-        met = int(_slo_met(records, slo, fin).sum())
+        met = int(np.asarray(slo_met).sum())
         out["slo_attainment"] = met / n if n else math.nan
         out["slo_goodput"] = per_s(met)
         out["request_goodput"] = per_s(int(_vllm_good(d, slo).sum()))
     return out
+
+
+def weighted_stats(name: str, values_s: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """`_stats` of the multiset where values_s[j] (sorted, distinct) occurs counts[j] times;
+    percentiles as numpy's linear method computes them on the expanded array."""
+    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
+        f"p{p}_{name}_ms" for p in PERCENTILES]
+    N = int(counts.sum())
+    if N == 0:
+        return dict.fromkeys(keys, math.nan)
+    x = values_s * 1e3
+    c = counts.astype(np.float64)
+    mean = float((x * c).sum() / N)
+    std = float(np.sqrt((c * (x - mean) ** 2).sum() / N))
+    ends = np.cumsum(counts)  # x[j] covers sorted positions [ends[j-1], ends[j])
+
+    def at(k: int) -> float:
+        return float(x[np.searchsorted(ends, k, side="right")])
+
+    def pct(q: float) -> float:
+        h = (N - 1) * q / 100
+        lo = math.floor(h)
+        a, b, t = at(lo), at(min(lo + 1, N - 1)), h - lo
+        return float(a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t))
+    mid = (N - 1) / 2
+    median = at(int(mid)) if N % 2 else (at(N // 2 - 1) + at(N // 2)) / 2
+    return dict(zip(keys, [mean, float(median), std, *(pct(p) for p in PERCENTILES)]))
 
 
 # --------------------------------------------------------------------------- rate curves

@@ -57,22 +57,36 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
-              workload: Workload | None = None) -> PointResult:
+              workload: Workload | None = None, requests_sink=None,
+              progress=False) -> PointResult:
+    """One point. With `requests_sink(frame)` the run is streamed: per-request rows go to the
+    sink in chunks as requests finish and `requests` is None (memory stays flat)."""
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
+
+    def label(frame: pd.DataFrame) -> pd.DataFrame:
+        frame.insert(0, "seed", pt.seed)
+        frame.insert(0, "request_rate", pt.rate)
+        frame.insert(0, "policy", pt.policy.label)
+        return frame
+
+    stream = None
+    if requests_sink is not None:
+        from simserve.metrics_stream import RecordStream
+        stream = RecordStream(cfg.slo, lambda f: requests_sink(label(f)))
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
-                                    seed=pt.seed)
+                                    seed=pt.seed, stream=stream, progress=progress)
     hw = cfg.hardware
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
                "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
                "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
                "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
                "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
+    if stream is not None:
+        summary.update(stream.summary())
+        return PointResult(pt, summary, None, res.stats, res.recorder.frame())
     summary.update(summarize(res.records, cfg.slo))
-    frame = request_frame(res.records, cfg.slo)
-    frame.insert(0, "seed", pt.seed)
-    frame.insert(0, "request_rate", pt.rate)
-    frame.insert(0, "policy", pt.policy.label)
+    frame = label(request_frame(res.records, cfg.slo))
     return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
 
 
@@ -85,34 +99,64 @@ def run_date() -> str:
     return t.strftime("%Y%m%d-%H%M%S")
 
 
-def validate(cfg: ExperimentConfig) -> None:
-    """Everything that can fail before a run: hardware names, the trace, the first workload."""
+STREAM_MIN_REQUESTS = 200_000  # points this large stream their per-request records to disk
+POINT_BAR_MIN_REQUESTS = 20_000  # points this large get a bar of their own (finished requests)
+
+
+def validate(cfg: ExperimentConfig) -> Workload:
+    """Everything that can fail before a run: hardware names, the trace, the first workload
+    (returned)."""
     resolve_hardware(cfg.hardware)
-    make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
+    return make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
 
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
-                          progress: bool = True) -> list[PointResult]:
-    validate(cfg)
+                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
+    """Every point; results written to `out` when given. `stream` (default: points of
+    `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
+    chunks while points run instead of holding them (PointResult.requests is then None)."""
+    first = validate(cfg)
+    if stream is None:
+        stream = first.num_requests >= STREAM_MIN_REQUESTS
     hardware = resolve_hardware(cfg.hardware)
     pts = points(cfg)
+    point_bar = progress and first.num_requests >= POINT_BAR_MIN_REQUESTS
     bar = None
     if progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
         bar = tqdm(total=len(pts), desc=cfg.name, unit="point", file=sys.stderr, leave=False)
-    results = []
-    try:
-        for pt in pts:
+
+    def run_all(sink) -> list[PointResult]:
+        results = []
+        try:
+            for pt in pts:
+                if bar:
+                    bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
+                results.append(run_point(cfg, pt, hardware, requests_sink=sink,
+                                         progress=point_bar))
+                if bar:
+                    bar.update()
+        finally:
             if bar:
-                bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
-            results.append(run_point(cfg, pt, hardware))
-            if bar:
-                bar.update()
-    finally:
-        if bar:
-            bar.close()
-    if out is not None:
-        write_results(cfg, results, Path(out))
+                bar.close()
+        return results
+
+    if not stream:
+        results = run_all(None)
+        if out is not None:
+            write_results(cfg, results, Path(out))
+        return results
+    if out is None:
+        return run_all(lambda frame: None)
+    with atomic_folder(Path(out).resolve()) as tmp:
+        with open(tmp / "requests.csv", "w", newline="") as f:
+            first_chunk = [True]
+
+            def sink(frame: pd.DataFrame) -> None:
+                frame.to_csv(f, header=first_chunk[0], index=False, float_format="%.9g")
+                first_chunk[0] = False
+            results = run_all(sink)
+        _write_summary_files(tmp, cfg, results)
     return results
 
 
@@ -125,16 +169,20 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     into a temporary sibling folder renamed to `out` only when everything is written."""
     out = out.resolve()
     with atomic_folder(out) as tmp:
-        recs = summary_records(results)
-        write_records(tmp / "summary.json", recs)
-        records_frame(recs).to_csv(tmp / "summary.csv", index=False)
         pd.concat([r.requests for r in results], ignore_index=True).to_csv(
             tmp / "requests.csv", index=False, float_format="%.9g")
-        write_config(tmp / "config.yaml", cfg.resolved(),
-                     f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
-                     f"profiles = {cfg.hash()}")
-        (tmp / "config.sha256").write_text(cfg.hash() + "\n")
+        _write_summary_files(tmp, cfg, results)
     return out
+
+
+def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult]) -> None:
+    recs = summary_records(results)
+    write_records(tmp / "summary.json", recs)
+    records_frame(recs).to_csv(tmp / "summary.csv", index=False)
+    write_config(tmp / "config.yaml", cfg.resolved(),
+                 f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
+                 f"profiles = {cfg.hash()}")
+    (tmp / "config.sha256").write_text(cfg.hash() + "\n")
 
 
 TABLE_COLUMNS = [
