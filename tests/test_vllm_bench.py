@@ -150,6 +150,21 @@ def test_closed_loop_is_exact_when_engines_leap_past_a_finish():
     assert _in_flight_max(rec.arrival_s, rec.finish_s) == 3
 
 
+def test_a_slot_freed_inside_a_leap_counts_from_the_finish_time():
+    # A alone (1 in flight of 2) leaps to its last token, whose step straddles the arrival of
+    # B and C at T: A's finish is recorded at plan time, before T, but its slot frees at its
+    # finish time, after T; so B goes at T and C waits for A to finish
+    solo = simulate_point(workload([0.0], [64], [50]), "llama-3.1-8b", H100, "vllm")
+    t49, t50 = solo.records.token_times(0)[-2:]
+    T = (t49 + t50) / 2
+    w = dataclasses.replace(workload([0.0, T, T], [64] * 3, [50, 10, 10]), max_concurrency=2)
+    a = simulate_point(w, "llama-3.1-8b", H100, "vllm")
+    b = simulate_point(w, "llama-3.1-8b", H100, "vllm", leap=False)
+    np.testing.assert_array_equal(a.records.token_times_s, b.records.token_times_s)
+    assert a.records.finish_s[0] == t50
+    np.testing.assert_array_equal(a.records.arrival_s, [0.0, T, t50])
+
+
 def test_bad_max_concurrency_is_a_one_line_error(tmp_path, capsys):
     p = tmp_path / "x.yaml"
     p.write_text("model: llama-3.1-8b\nworkload: {trace: random, num_requests: 4, "
