@@ -140,7 +140,7 @@ def _capacity(args: argparse.Namespace) -> int:
         log = (lambda s: print(s, file=sys.stderr)) if args.verbose else None
         rtol = args.tol if args.tol is not None else (0.0 if args.abs_tol else 0.02)
         rows, nsim = bisect_experiment(cfg, targets, lo=args.lo, hi=args.hi, rtol=rtol,
-                                       atol=args.abs_tol, log=log)
+                                       atol=args.abs_tol, log=log, progress=not args.json)
         say(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
             f"{cfg.workload.num_requests} requests, {len(cfg.workload.seeds)} seed(s); "
             f"{nsim} simulations in all")

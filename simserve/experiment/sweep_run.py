@@ -119,7 +119,7 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: i
               scheduler: str | None = None, progress: bool = True, client=None) -> SweepOutcome:
     """Run the points whose folders are missing, then write OUT/summary.json and .csv.
     `client` (a `distributed.Client`) is used by the dask executor when given."""
-    from tqdm import tqdm
+    from tqdm.auto import tqdm
 
     from simserve.experiment.executors import check_executor, make_executor
 
