@@ -245,3 +245,30 @@ def test_streaming_table_keeps_a_bounded_ring_and_matches_the_full_one():
     assert {k: v for k, v in s.items() if k not in ("mean_itl_ms", "std_itl_ms")} == \
         {k: v for k, v in t.items() if k not in ("mean_itl_ms", "std_itl_ms")}
     assert s["mean_itl_ms"] == pytest.approx(t["mean_itl_ms"], rel=1e-12)
+
+
+def test_strict_json_round_trip_through_the_capacity_loader(tmp_path):
+    from simserve.experiment.capacity import load_records
+    from simserve.experiment.storage import write_records
+    rec = {"policy": "vllm", "request_rate": float("inf"), "p99_itl_ms": float("nan"),
+           "mean_ttft_ms": 12.5, "max_concurrency": None, "policy_options": {"x": 1.0}}
+    write_records(tmp_path / "summary.json", [rec])
+    text = (tmp_path / "summary.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in strict JSON"))
+    assert '"request_rate": "inf"' in text and '"p99_itl_ms": null' in text
+    back = load_records(tmp_path)[0]
+    assert back["request_rate"] == float("inf") and np.isnan(back["p99_itl_ms"])
+    assert back["max_concurrency"] is None and back["mean_ttft_ms"] == 12.5
+
+
+def test_bisect_shows_a_bar_of_simulations(capsys):
+    from simserve.experiment.capacity import bisect_experiment, parse_target
+    cfg = parse_experiment({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+                            "workload": {"trace": "random", "random_input_len": 256,
+                                         "random_output_len": 32, "num_requests": 60,
+                                         "rates": [2, 64]},
+                            "policies": [{"name": "vllm"}]})
+    rows, nsim = bisect_experiment(cfg, [parse_target("p99_ttft_ms<=200")], rtol=0.2,
+                                   progress=True)
+    err = capsys.readouterr().err
+    assert nsim >= 2 and "bisect" in err and f"{nsim}sim" in err.replace(" ", "")
