@@ -30,7 +30,6 @@ from simserve.sim.leap import decode_ends, largest_k, steps_before
 from simserve.sim.memory import gpu_kv_budget
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
-LEAP_PROBE = 16  # steps priced at first by a leap (x4 while the next arrival is further)
 
 
 class ChunkedEngine:
@@ -190,16 +189,8 @@ class ChunkedEngine:
         kmax = largest_k(kmax, lambda k: new_blocks(k) <= free)
         if kmax < 2:
             return 0
-        # price a few steps first and more only while none ends past the next arrival: the
-        # steps' end times do not depend on how many are priced (elementwise, then a cumsum)
-        nxt = self.ctx.source.next_arrival_s
-        kp = min(kmax, LEAP_PROBE)
-        while True:
-            ends = decode_ends(self.cost, self.clock, c, kp)
-            if kp == kmax or ends[-1] >= nxt:
-                break
-            kp = min(kmax, 4 * kp)
-        k = steps_before(ends, kp, nxt)
+        ends = decode_ends(self.cost, self.clock, c, kmax)
+        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
         if k < 2:
             return 0
         self.pool.allocate(new_blocks(k))
