@@ -273,3 +273,12 @@ def test_bisect_shows_a_bar_of_simulations(capsys):
                                    progress=True)
     err = capsys.readouterr().err
     assert nsim >= 2 and "bisect" in err and re.search(r"\d+sim", err.replace(" ", ""))
+
+
+def test_python_api_takes_the_client_keys():
+    import simserve
+    r = simserve.simulate("vllm", trace="random", num_requests=40, rate=float("inf"),
+                          max_concurrency=4, workload_options={"random_input_len": 256,
+                                                               "random_output_len": 16})
+    assert r.summary["max_concurrency"] == 4
+    assert _in_flight_max(r.requests.arrival_s.to_numpy(), r.requests.finish_s.to_numpy()) == 4
