@@ -14,18 +14,23 @@ def simulate(policy: str = "vllm", *, model: str = "llama-3.1-8b", gpu: str = "h
              num_gpus: int = 1, trace: str = "synthetic-conversation",
              num_requests: int | None = 2000, rate: float = 4.0, arrival: str = "poisson",
              seed: int = 0, slo: dict | None = None, workload: Workload | None = None,
-             hardware: dict | None = None, **policy_params) -> PointResult:
+             hardware: dict | None = None, max_concurrency: int | None = None,
+             workload_options: dict | None = None, **policy_params) -> PointResult:
     """Simulate one point and return its per-request DataFrame (`.requests`), its metrics
     (`.summary`, a dict; `.summary_frame()`), and simulator statistics (`.stats`).
 
     Pass `workload=` to replay a `Workload` you built yourself (then trace/rate/arrival are
     ignored). `hardware=` takes the YAML mapping (gpu, num_gpus, pcie, nvlink, cpu, ...).
+    `max_concurrency` makes the client closed-loop (`vllm bench serve --max-concurrency`);
+    `workload_options` takes further workload keys, e.g. {"random_input_len": 1024} with
+    trace="random", rate=float("inf").
     """
     hw = dict(hardware or {"gpu": gpu, "num_gpus": num_gpus})
     cfg = parse_experiment({
         "name": "simulate", "model": model, "hardware": hw,
         "workload": {"trace": trace, "num_requests": num_requests, "arrival": arrival,
-                     "rates": [rate], "seeds": [seed]},
+                     "rates": [rate], "seeds": [seed], **(workload_options or {}),
+                     **({"max_concurrency": max_concurrency} if max_concurrency else {})},
         "policies": [{"name": policy, **policy_params}],
         **({"slo": slo} if slo else {}),
     })

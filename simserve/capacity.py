@@ -27,6 +27,7 @@ import numpy as np
 from simserve.errors import SimserveError, did_you_mean
 from simserve.metrics import (SLO, first_failure, max_rate_meeting, summarize,
                               sustainable_rate)
+from simserve.strict_json import from_strict_json
 
 
 def _metric_keys() -> tuple[str, ...]:
@@ -41,7 +42,9 @@ def _metric_keys() -> tuple[str, ...]:
 METRIC_KEYS = _metric_keys()
 # identify a point, not a curve (a sweep may also name the rate and seed by their config keys)
 ID_KEYS = ("request_rate", "seed", "point", "workload.rates", "workload.rate", "workload.seeds",
-           "workload.seed")
+           "workload.seed",
+           # what every record says about its run (curves are named by policy and swept keys)
+           "date", "model", "gpu", "num_gpus", "policy_name", "policy_options")
 HIGHER_IS_BETTER = ("slo_attainment", "keep_up_ratio")  # fall as the rate grows: targets use >=
 # The goodput the paper tables use: 95 % attainment AND keeping up with the offered work
 # (issue 13 §6); plain 95 % attainment is reported beside it.
@@ -137,6 +140,7 @@ def load_records(path: str | Path) -> list[dict]:
         for k in ("policy", "request_rate"):
             if k not in r:
                 raise SimserveError(f"{f}: record {i} has no {k!r}")
+        from_strict_json(r)
     return recs
 
 
@@ -195,7 +199,7 @@ def rate_curves(records: list[dict], metric: str) -> list[Curve]:
     NaN: a seed where nothing was measurable counts as failing)."""
     if not any(metric in r for r in records):
         extra = (" (the experiment has no slo:, so nothing measured attainment)"
-                 if metric in ("slo_attainment", "request_goodput") else "")
+                 if metric in ("slo_attainment", "request_goodput", "slo_goodput") else "")
         raise SimserveError(f"{metric}: not in these results{extra}")
     out = []
     for group, recs in group_records(records):

@@ -20,16 +20,33 @@ LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 @dataclass(frozen=True, slots=True)
 class SLO:
-    """Per-token deadlines (ConfluxServe): token k of request i is due at a_i + ttft + (k-1)·tbt."""
+    """Per-token deadlines (ConfluxServe): token k of request i is due at a_i + ttft + (k-1)·tbt.
+
+    `request_goodput` is vLLM's (`vllm bench serve --goodput ttft:X tpot:Y e2el:Z`): finished
+    requests per second with TTFT <= ttft_ms and, where given, TPOT <= tpot_ms and E2E <=
+    e2el_ms; tbt_ms is not one of its criteria (the per-token deadlines feed slo_attainment
+    and slo_goodput)."""
 
     ttft_ms: float
     tbt_ms: float
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ttft_ms", "tbt_ms"):
+        for name in ("ttft_ms", "tbt_ms", "tpot_ms", "e2el_ms"):
             v = getattr(self, name)
+            if v is None and name in ("tpot_ms", "e2el_ms"):
+                continue
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"SLO.{name}: expected a positive number of milliseconds, got {v!r}")
+
+    def describe(self) -> str:
+        """'TTFT <= 5000 ms, token k by TTFT + (k-1)·1500 ms; goodput: TTFT <= 5000 ms'."""
+        good = [f"TTFT <= {self.ttft_ms:g} ms"] + \
+            [f"{n} <= {v:g} ms" for n, v in (("TPOT", self.tpot_ms), ("E2E", self.e2el_ms))
+             if v is not None]
+        return (f"deadlines: token k by arrival + {self.ttft_ms:g} + (k-1)·{self.tbt_ms:g} ms "
+                f"(slo_attainment, slo_goodput); request_goodput: {', '.join(good)}")
 
 
 # --------------------------------------------------------------------------- per request
@@ -118,6 +135,17 @@ def _slo_met(rec: RequestRecords, slo: SLO, finished: np.ndarray) -> np.ndarray:
     return np.logical_and.reduceat(on_time, off[:-1]) & finished
 
 
+def _vllm_good(d: dict, slo: SLO) -> np.ndarray:
+    """vLLM's good requests: finished, TTFT <= ttft_ms, TPOT <= tpot_ms (a one-token request
+    has TPOT 0 there), E2E <= e2el_ms; thresholds not given are not checked."""
+    good = d["finished"] & (d["ttft"] * 1e3 <= slo.ttft_ms)
+    if slo.tpot_ms is not None:
+        good &= np.nan_to_num(d["tpot"], nan=0.0) * 1e3 <= slo.tpot_ms
+    if slo.e2el_ms is not None:
+        good &= d["e2el"] * 1e3 <= slo.e2el_ms
+    return good
+
+
 def request_slo(records: RequestRecords, slo: SLO) -> pd.DataFrame:
     """Per request: `slo_met` (C_i), `num_late_tokens` (missing tokens count as late),
     `first_late_token` (1-based k of the first late token, 0 if none) and `max_lateness_s`
@@ -147,12 +175,16 @@ def request_slo(records: RequestRecords, slo: SLO) -> pd.DataFrame:
 
 
 def request_frame(records: RequestRecords, slo: SLO | None = None) -> pd.DataFrame:
-    """One row per request (seconds). ttft_s is filled once the first token arrived; the other
+    """One row per request (seconds). scheduled_s is when the workload scheduled it, arrival_s
+    when the client sent it (later under max_concurrency; latencies count from it). ttft_s is
+    filled once the first token arrived; the other
     latencies are NaN for unfinished requests; slo_met appears only when `slo` is given."""
     d = _derive(records)
     n = len(records.arrival_s)
     frame = pd.DataFrame({
         "request_id": np.arange(n, dtype=np.int64),
+        "scheduled_s": np.asarray(records.arrival_s if records.scheduled_s is None
+                                  else records.scheduled_s, dtype=np.float64),
         "arrival_s": np.asarray(records.arrival_s, dtype=np.float64),
         "prompt_tokens": np.asarray(records.prompt_tokens, dtype=np.int64),
         "output_tokens": np.asarray(records.output_tokens, dtype=np.int64),
@@ -193,22 +225,34 @@ def summarize(records: RequestRecords, slo: SLO | None = None) -> dict[str, floa
     """Run-level metrics named as `vllm bench serve` names them, over finished requests.
 
     duration runs from the first arrival (of any request) to the last finish; empty sets give
-    NaN. With an SLO, slo_attainment is over *all* requests and request_goodput is compliant
-    requests per second of duration.
+    NaN. With an SLO, slo_attainment is the share of *all* requests that met every per-token
+    deadline and slo_goodput those requests per second of duration; request_goodput is vLLM's
+    (finished requests per second meeting the TTFT, and where given TPOT and E2E, thresholds).
     """
     d = _derive(records)
+    met = _slo_met(records, slo, d["finished"]) if slo is not None else None
+    out = summarize_derived(d, records.prompt_tokens, records.output_tokens, records.finish_s,
+                            records.arrival_s, slo, met, _stats("itl", d["itl"]))
+    out.update(keep_up(records))  # needs every token time: not in a streamed summary
+    return out
+
+
+def summarize_derived(d: dict, prompt_tokens, output_tokens, finish_s, arrival_s,
+                      slo: SLO | None, slo_met, itl_stats: dict) -> dict[str, float]:
+    """`summarize` from per-request latencies (`_derive`'s, ITL gaps aside), the SLO verdicts
+    and the ITL statistics: a streamed run gathers these chunk by chunk."""
     fin = d["finished"]
     n = len(fin)
     completed = int(fin.sum())
     duration = math.nan
     if completed:
-        duration = float(np.max(np.asarray(records.finish_s)[fin]) - np.min(records.arrival_s))
+        duration = float(np.max(np.asarray(finish_s)[fin]) - np.min(arrival_s))
 
     def per_s(x: float) -> float:
         return float(x / duration) if duration > 0 else math.nan
 
-    n_in = int(np.asarray(records.prompt_tokens, dtype=np.int64)[fin].sum())
-    n_out = int(np.asarray(records.output_tokens, dtype=np.int64)[fin].sum())
+    n_in = int(np.asarray(prompt_tokens, dtype=np.int64)[fin].sum())
+    n_out = int(np.asarray(output_tokens, dtype=np.int64)[fin].sum())
     out: dict[str, float] = {
         "completed": completed,
         "duration": duration,
@@ -219,16 +263,18 @@ def summarize(records: RequestRecords, slo: SLO | None = None) -> dict[str, floa
         "total_token_throughput": per_s(n_in + n_out),
     }
     for name in LATENCY_METRICS:
-        vals = d[name] if name == "itl" else d[name][np.isfinite(d[name]) & fin]
-        out.update(_stats(name, vals))
+        if name == "itl":
+            out.update(itl_stats)
+        else:
+            out.update(_stats(name, d[name][np.isfinite(d[name]) & fin]))
     norm = d["normalized"][fin]
     out["mean_normalized_latency_s"] = float(np.mean(norm)) if norm.size else math.nan
     out["num_unfinished"] = n - completed
-    out.update(keep_up(records))
     if slo is not None:
-        met = int(_slo_met(records, slo, fin).sum())
+        met = int(np.asarray(slo_met).sum())
         out["slo_attainment"] = met / n if n else math.nan
-        out["request_goodput"] = per_s(met)
+        out["slo_goodput"] = per_s(met)
+        out["request_goodput"] = per_s(int(_vllm_good(d, slo).sum()))
     return out
 
 
@@ -279,6 +325,33 @@ def keep_up(records: RequestRecords) -> dict[str, float]:
     return dict(keep_up_ratio=delivered / offered if offered else math.nan,
                 backlog_requests_at_last_arrival=int(open_.sum()),
                 backlog_tokens_at_last_arrival=backlog)
+
+
+def weighted_stats(name: str, values_s: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """`_stats` of the multiset where values_s[j] (sorted, distinct) occurs counts[j] times;
+    percentiles as numpy's linear method computes them on the expanded array."""
+    keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"] + [
+        f"p{p}_{name}_ms" for p in PERCENTILES]
+    N = int(counts.sum())
+    if N == 0:
+        return dict.fromkeys(keys, math.nan)
+    x = values_s * 1e3
+    c = counts.astype(np.float64)
+    mean = float((x * c).sum() / N)
+    std = float(np.sqrt((c * (x - mean) ** 2).sum() / N))
+    ends = np.cumsum(counts)  # x[j] covers sorted positions [ends[j-1], ends[j])
+
+    def at(k: int) -> float:
+        return float(x[np.searchsorted(ends, k, side="right")])
+
+    def pct(q: float) -> float:
+        h = (N - 1) * q / 100
+        lo = math.floor(h)
+        a, b, t = at(lo), at(min(lo + 1, N - 1)), h - lo
+        return float(a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t))
+    mid = (N - 1) / 2
+    median = at(int(mid)) if N % 2 else (at(N // 2 - 1) + at(N // 2)) / 2
+    return dict(zip(keys, [mean, float(median), std, *(pct(p) for p in PERCENTILES)]))
 
 
 # --------------------------------------------------------------------------- rate curves

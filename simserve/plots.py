@@ -58,7 +58,9 @@ METRIC_DISPLAY = {
     "p99_itl_ms": ("P99 inter-token latency", "P99 ITL", "s", 1e-3, True),
     "p99_tpot_ms": ("P99 time per output token", "P99 TPOT", "s", 1e-3, True),
     "slo_attainment": ("SLO attainment", "requests meeting every deadline", "%", 100.0, False),
-    "request_goodput": ("Goodput", "goodput", "req/s", 1.0, False),
+    "request_goodput": ("Goodput (vLLM: TTFT/TPOT/E2E thresholds)", "goodput", "req/s", 1.0,
+                        False),
+    "slo_goodput": ("SLO goodput", "requests meeting every deadline", "req/s", 1.0, False),
     "request_throughput": ("Request throughput", "throughput", "req/s", 1.0, False),
     "output_throughput": ("Output throughput", "throughput", "tok/s", 1.0, False),
 }

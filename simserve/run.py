@@ -26,11 +26,14 @@ class SimResult:
 
 def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardware | HardwareConfig,
                    policy: str, policy_config=None, seed: int = 0, gpu_cost_hook=None,
-                   **policy_params) -> SimResult:
+                   stream=None, progress=None, **policy_params) -> SimResult:
     """Simulate `workload` under `policy` until every request has finished.
 
     `policy_config` is the policy's config dataclass; or pass its fields as keyword arguments.
     `gpu_cost_hook(cost_model) -> cost_model` replaces engines' GPU cost models (validation).
+    `stream` (e.g. `simserve.metrics_stream.RecordStream`) takes finished requests in chunks
+    as the run goes, so token times are not held for the whole run; `records` is then None.
+    `progress`: True for a bar of finished requests (tqdm.auto), or a tqdm-like object.
     """
     if isinstance(model, str):
         model = get_model(model)
@@ -41,14 +44,29 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     wall0 = time.perf_counter()
     env = simpy.Environment()
     cluster = Cluster.build(env, hardware.gpu, hardware.num_gpus, hardware.pcie, hardware.nvlink)
-    table = RequestTable(workload)
-    source = ArrivalSource(env, table.arrival)
+    if stream is not None:
+        table = RequestTable(workload, token_window=stream.token_window,
+                             retire_chunk=stream.chunk)
+        stream.attach(table)
+    else:
+        table = RequestTable(workload)
+    limit = getattr(workload, "max_concurrency", None)
+    source = ArrivalSource(env, table.scheduled, limit, sent_s=table.arrival)
+    if limit is not None:
+        table.on_finish = source.release
     ctx = SimContext(env=env, model=model, hardware=hardware, cluster=cluster, table=table,
                      source=source, recorder=Recorder(), rng=np.random.default_rng(seed),
                      gpu_cost_hook=gpu_cost_hook)
     source.handler = build(ctx, cfg)
     env.process(source.run())
-    env.run()
+    bar = _progress_bar(progress, table.n, policy)
+    if bar is not None:
+        env.process(_tick(env, table, bar, table.scheduled))
+    try:
+        env.run()
+    finally:
+        if bar is not None and progress is True:
+            bar.close()
     rec = ctx.recorder
     engines = ctx.stats.pop("_engines", [])
     stats = dict(ctx.stats)
@@ -75,4 +93,34 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     if table.num_finished != table.n:
         raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
                            "requests (a policy stalled)")
+    if stream is not None:
+        table.retire(table.n)
+        return SimResult(None, rec, stats)
     return SimResult(table.records(), rec, stats)
+
+
+def _progress_bar(progress, n: int, desc: str):
+    if progress is None or progress is False:
+        return None
+    if progress is True:
+        import sys
+
+        from tqdm.auto import tqdm
+        return tqdm(total=n, desc=desc, unit="req", leave=False, file=sys.stderr,
+                    mininterval=0.5, dynamic_ncols=True)
+    return progress
+
+
+def _tick(env: simpy.Environment, table: RequestTable, bar, scheduled: np.ndarray):
+    """Moves the bar to the number of finished requests every ~1/2000 of the arrival span of
+    simulated time; it touches no simulation state, and stops when nothing else is pending
+    (so a stalled policy still ends the run)."""
+    span = float(scheduled[-1] - scheduled[0]) if len(scheduled) else 0.0
+    dt = max(span / 2000, 0.05)
+    shown = 0
+    while table.num_finished < table.n and env._queue:
+        yield env.timeout(dt)
+        if table.num_finished != shown:
+            bar.update(table.num_finished - shown)
+            shown = table.num_finished
+            bar.set_postfix_str(f"t={env.now:.0f}s", refresh=False)

@@ -30,15 +30,23 @@ def _write(tmp_path, text, name="exp.yaml"):
     return p
 
 
-def test_run_writes_results_and_is_deterministic(tmp_path, capsys):
+def test_run_writes_results_and_is_deterministic(tmp_path, capsys, monkeypatch):
     cfg = _write(tmp_path, SMALL)
+    # the run date is the only field that changes between reruns; SOURCE_DATE_EPOCH pins it
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     assert main(["run", str(cfg), "--out", str(tmp_path / "a"), "-q"]) == 0
     assert main(["run", str(cfg), "--out", str(tmp_path / "b"), "-q"]) == 0
     out = capsys.readouterr().out
     assert "TTFT mean s" in out and "sarathi" in out
+    assert "units: TTFT, ITL, TPOT in s" in out and "SLO: deadlines" in out
     a = (tmp_path / "a" / "summary.json").read_bytes()
     assert a == (tmp_path / "b" / "summary.json").read_bytes()
+    assert b"NaN" not in a and b"Infinity" not in a
     recs = json.loads(a)
+    for r in recs:
+        assert r["date"] == "20231114-221320"
+        assert (r["model"], r["gpu"], r["num_gpus"]) == ("llama-3.1-8b", "h100-sxm", 1)
+        assert r["policy_options"]["block_size"] == 16 and r["policy_name"] == r["policy"]
     assert len(recs) == 4
     assert {(r["policy"], r["request_rate"], r["seed"]) for r in recs} == {
         ("vllm", 2.0, 3), ("vllm", 6.0, 3), ("sarathi", 2.0, 3), ("sarathi", 6.0, 3)}

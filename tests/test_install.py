@@ -212,7 +212,7 @@ def test_result_folders_follow_the_umask(tmp_path):
     point = next((sw / "points").iterdir())
     for d in (out, point):
         assert stat.S_IMODE(d.stat().st_mode) == 0o755, d  # mkdtemp gave 0700
-    for p in (out / "summary.json", point / "summary.json", sw / "summary.json"):
+    for p in (out / "summary.json", point / "record.json", sw / "summary.json"):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
 
 

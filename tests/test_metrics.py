@@ -52,7 +52,7 @@ EVEN = build(
 def test_request_frame_even_tokens():
     f = request_frame(EVEN)
     assert list(f.columns) == [
-        "request_id", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",
+        "request_id", "scheduled_s", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s", "finish_s",
         "ttft_s", "e2el_s", "tpot_s", "mean_itl_s", "max_itl_s", "normalized_latency_s",
         "num_preemptions"]
     np.testing.assert_array_equal(f.ttft_s, [0.5, 0.25, 0.5, 0.5])
@@ -89,7 +89,7 @@ def test_summary_keys_and_plain_types():
     expected = {"completed", "duration", "total_input_tokens", "total_output_tokens",
                 "request_throughput", "output_throughput", "total_token_throughput",
                 "mean_normalized_latency_s", "num_unfinished", "slo_attainment", "request_goodput",
-                "keep_up_ratio", "backlog_requests_at_last_arrival",
+                "slo_goodput", "keep_up_ratio", "backlog_requests_at_last_arrival",
                 "backlog_tokens_at_last_arrival"}
     for m in ("ttft", "tpot", "itl", "e2el"):
         expected |= {f"{k}_{m}_ms" for k in ("mean", "median", "std", "p50", "p90", "p99")}
@@ -111,8 +111,24 @@ def test_slo_deadline_missed_by_epsilon():
     assert f.slo_met.tolist() == [True, False, False, False, False]
     s = summarize(rec, slo)
     assert s["slo_attainment"] == 1 / 5  # unfinished request counts in the denominator
-    assert s["request_goodput"] == pytest.approx(1 / s["duration"])
+    assert s["slo_goodput"] == pytest.approx(1 / s["duration"])
+    # vLLM's goodput checks TTFT only (no tpot_ms/e2el_ms given): three finished requests
+    # have TTFT <= 500 ms; the per-token lateness of two of them does not count
+    assert s["request_goodput"] == pytest.approx(3 / s["duration"])
     assert s["duration"] == pytest.approx(0.875 + 1e-9)
+
+
+def test_request_goodput_is_vllms_ttft_tpot_e2el_thresholds():
+    # TTFT 0.5 s each; TPOT 0.125, 0.25, (one token: 0 in vLLM); E2E 0.875, 1.25, 0.5
+    rec = build([1.0] * 3, [[1.5, 1.625, 1.75, 1.875], [1.5, 1.75, 2.0, 2.25], [1.5]])
+    dur = 2.25 - 1.0
+    good = lambda **kw: summarize(rec, SLO(ttft_ms=500, tbt_ms=1, **kw))["request_goodput"] * dur
+    assert good() == pytest.approx(3)
+    assert good(tpot_ms=125) == pytest.approx(2)          # the one-token request passes TPOT
+    assert good(tpot_ms=124.9) == pytest.approx(1)
+    assert good(e2el_ms=875) == pytest.approx(2)
+    assert good(tpot_ms=125, e2el_ms=500) == pytest.approx(1)
+    assert summarize(rec, SLO(ttft_ms=499, tbt_ms=1000))["request_goodput"] == 0
 
 
 def test_empty_and_all_unfinished_give_nan():

@@ -46,6 +46,14 @@ def _sweep(args) -> int:
     return main(["sweep", *map(str, args), "-q"])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _pinned_date():
+    """Records carry the date they ran; pinned so that reruns compare byte for byte."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SOURCE_DATE_EPOCH", "1700000000")
+        yield
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The SMALL sweep run once, uninterrupted, with two local worker processes."""
@@ -253,7 +261,7 @@ def test_results_layout_and_records(reference):
                   "output_throughput", "slo_attainment", "request_goodput", "duration"):
             assert k in r
         folder = reference / "points" / r["point"]
-        one = json.loads((folder / "summary.json").read_text())
+        one = json.loads((folder / "record.json").read_text())
         assert isinstance(one, list) and len(one) == 1 and one[0]["point"] == r["point"]
         assert f"sha256[:16] = {r['point']}" in (folder / "config.yaml").read_text()
         assert len((folder / "requests.csv").read_text().splitlines()) == 1 + 120
@@ -261,6 +269,22 @@ def test_results_layout_and_records(reference):
     assert header[:7] == ["point", "variant", "workload.rates", "policy", "request_rate", "seed",
                           "num_requests"]
     assert not [p for p in reference.rglob(".*")]  # no temporary leftovers
+    # a recursive loader finds the top summary only, not each point a second time
+    assert list(reference.rglob("summary.json")) == [reference / "summary.json"]
+
+
+def test_points_written_before_record_json_are_reused_and_renamed(tmp_path, reference,
+                                                                   monkeypatch):
+    import shutil
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    for rec in (out / "points").glob("*/record.json"):
+        rec.rename(rec.with_name("summary.json"))   # the layout before record.json
+    (out / "summary.json").unlink()
+    calls = _counting_run_point(monkeypatch)
+    assert _sweep([_write(tmp_path, SMALL), "--out", out, "--workers", 1]) == 0
+    assert calls == []
+    assert _tree(out) == _tree(reference)
 
 
 class Interrupt(KeyboardInterrupt):

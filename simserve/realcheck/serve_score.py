@@ -3,9 +3,10 @@
     python -m simserve.realcheck.serve_score [--root validation/vllm-h200] [--engine vllm]
         [--out FILE]
 
-Each run's requests are replayed with their real send times as arrivals (a closed-loop run's
-sends depended on the real engine's finishes; replaying them as arrivals compares the engine,
-not the client), the `vllm` policy on the measured `h200-sxm` profile, with the KV pool size,
+Each open-loop run's requests are replayed with their real send times as arrivals; a
+closed-loop run (`max_concurrency`) is simulated as one, each request sent when a slot frees
+in the simulation (replaying the real sends puts the simulated waves out of phase with them).
+The `vllm` policy on the measured `h200-sxm` profile, with the KV pool size,
 token budget and sequence limit the real engine logged (`probe/meta-engine-*.json`). The
 table gives each `vllm bench serve` metric real vs simulated and the error in %.
 """
@@ -39,14 +40,19 @@ def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
     from simserve.run import simulate_point
     from simserve.hardware.setup import HardwareConfig
     from simserve.workload.spec import Workload
-    order = np.argsort(run.send, kind="stable")
+    if run.max_concurrency:  # a closed loop: the plan's schedule, sends when a slot frees
+        t = np.array([r["t"] for r in run.plan["requests"]], dtype=np.float64)
+    else:                    # open loop: the real send times
+        t = run.send
+    order = np.argsort(t, kind="stable")
     reqs = run.plan["requests"]
     hashes = [reqs[i].get("h") for i in order] if any("h" in r for r in reqs) else None
     # Mooncake plans carry the trace's 512-token block hashes: the prompts the client built
     # share exactly those prefixes, which vLLM's prefix cache (and simserve's) sees
-    w = Workload(arrival_s=run.send[order], prompt_tokens=run.prompt[order].astype(np.int64),
+    w = Workload(arrival_s=t[order], prompt_tokens=run.prompt[order].astype(np.int64),
                  output_tokens=run.output[order].astype(np.int64), name=run.name,
-                 hash_ids=hashes, hash_block_tokens=512)
+                 hash_ids=hashes, hash_block_tokens=512,
+                 max_concurrency=run.max_concurrency or None)
     params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
                   max_num_seqs=meta["max_num_seqs"],
                   num_gpu_blocks_override=meta["num_gpu_blocks"], **policy)

@@ -138,11 +138,11 @@ def _capacity(args: argparse.Namespace) -> int:
         from simserve.runner.config import load_experiment
         cfg = load_experiment(_experiment_path(path), args.set or [])
         targets = _targets(args, None if cfg.slo else
-                           set(METRIC_KEYS) - {"slo_attainment", "request_goodput"})
+                           set(METRIC_KEYS) - {"slo_attainment", "request_goodput", "slo_goodput"})
         log = (lambda s: print(s, file=sys.stderr)) if args.verbose else None
         rtol = args.tol if args.tol is not None else (0.0 if args.abs_tol else 0.02)
         rows, nsim = bisect_experiment(cfg, targets, lo=args.lo, hi=args.hi, rtol=rtol,
-                                       atol=args.abs_tol, log=log)
+                                       atol=args.abs_tol, log=log, progress=not args.json)
         say(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
             f"{cfg.workload.num_requests} requests, {len(cfg.workload.seeds)} seed(s); "
             f"{nsim} simulations in all")

@@ -16,12 +16,14 @@ def _run(args: argparse.Namespace) -> int:
     check_out_dir(out)
     before = _stored_hash(out)
     results = run_experiment_config(cfg, out=None if args.no_save else out,
-                                     progress=not args.quiet)
+                                     progress=not args.quiet, stream=args.stream or None)
     recs = summary_records(results)
     print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
-          f"{cfg.workload.arrival} arrivals); times in seconds")
-    print(format_table(recs))
+          f"{cfg.workload.arrival} arrivals"
+          + (f", at most {cfg.workload.max_concurrency} in flight"
+             if cfg.workload.max_concurrency else "") + "); times in seconds")
+    print(format_table(recs, cfg.slo))
     capped = max(r["num_capped"] for r in recs)
     if capped:
         print(f"note: {capped} request(s) per point were capped at the model's max context")
@@ -53,4 +55,8 @@ def register(sub) -> None:
     p.add_argument("--out", help="results folder (default results/NAME)")
     p.add_argument("--no-save", action="store_true", help="print the table only")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--stream", action="store_true",
+                   help="write per-request rows to requests.csv in chunks as requests finish "
+                        "instead of holding them (on by itself for points of 200,000 requests "
+                        "or more)")
     p.set_defaults(handler=_run)

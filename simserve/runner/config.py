@@ -43,6 +43,20 @@ class WorkloadConfig:
     # a request with prompt + output > max_context: "drop" it (as vLLM's server rejects it;
     # counted in num_dropped) or "cap" it to fit (counted in num_capped)
     overlong: str = "drop"
+    # `vllm bench serve` names: the random dataset's lengths (trace: random; vLLM's defaults
+    # 1024 / 128 / 0.0 when not given), and the client's limit on requests in flight
+    random_input_len: int | None = None
+    random_output_len: int | None = None
+    random_range_ratio: float | None = None
+    max_concurrency: int | None = None
+    tile: int = 1  # repeat a trace file this many times in time (scale tests)
+
+    def random_params(self) -> dict:
+        """The random dataset's lengths with vLLM's defaults filled in."""
+        return {"random_input_len": 1024 if self.random_input_len is None else self.random_input_len,
+                "random_output_len": 128 if self.random_output_len is None else self.random_output_len,
+                "random_range_ratio": 0.0 if self.random_range_ratio is None
+                else self.random_range_ratio}
 
     def validate(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -67,6 +81,18 @@ class WorkloadConfig:
         if self.overlong not in OVERLONG:
             raise ValueError(f"overlong: expected one of {', '.join(OVERLONG)}, got "
                              f"{self.overlong!r}{did_you_mean(str(self.overlong), OVERLONG)}")
+        for k in ("random_input_len", "random_output_len", "random_range_ratio"):
+            if getattr(self, k) is not None and self.trace != "random":
+                raise ValueError(f"{k}: only for trace: random (this workload's trace is "
+                                 f"{self.trace!r})")
+        for k in ("random_input_len", "random_output_len", "max_concurrency", "tile"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{k}: expected a positive integer, got {v!r}")
+        r = self.random_range_ratio
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
+                              or not 0 <= r < 1):
+            raise ValueError(f"random_range_ratio: expected a number in [0, 1), got {r!r}")
 
 
 @dataclass(frozen=True)
@@ -92,8 +118,7 @@ class ExperimentConfig:
         return {
             "name": self.name, "model": self.model,
             "hardware": dataclasses.asdict(self.hardware),
-            "workload": {k: list(v) if isinstance(v, tuple) else v
-                         for k, v in dataclasses.asdict(self.workload).items()},
+            "workload": _resolved_workload(self.workload),
             "policies": [{"name": p.name, "label": p.label, **dataclasses.asdict(p.config)}
                          for p in self.policies],
             "slo": dataclasses.asdict(self.slo) if self.slo else None,
@@ -109,6 +134,27 @@ class ExperimentConfig:
 
 
 TOP_KEYS = ("name", "model", "hardware", "workload", "policies", "slo")
+# workload keys added after results were first stored: left out of the resolved config (and so
+# of the point hash) while at their defaults, so stored sweep points stay valid
+_LATER_WORKLOAD_DEFAULTS = {"random_input_len": None, "random_output_len": None,
+                            "random_range_ratio": None, "max_concurrency": None, "tile": 1}
+
+
+def _resolved_workload(w: WorkloadConfig) -> dict:
+    out = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(w).items()}
+    if w.trace == "random":
+        out.update(w.random_params())
+    for k, default in _LATER_WORKLOAD_DEFAULTS.items():
+        if out[k] == default:
+            del out[k]
+    return out
+
+
+def _inf(v):
+    """`inf` (also `Infinity`, `.inf`) as a rate: YAML reads the bare word as a string."""
+    if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", ".inf", "infinity"):
+        return float("inf")
+    return v
 
 
 def experiment_path(path: str | Path) -> Path:
@@ -250,6 +296,8 @@ def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
             if many in w:
                 v = w[many]
                 w[many] = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+        if "rates" in w:
+            w["rates"] = tuple(_inf(v) for v in w["rates"])
     if not isinstance(w, dict):
         raise ConfigError(f"{_where(src, data, 'workload', 'workload')}: expected a mapping, "
                           f"got {w!r}")

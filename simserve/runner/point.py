@@ -2,15 +2,19 @@
 folder, written atomically (a temporary sibling folder renamed into place at the end)."""
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.config import ExperimentConfig, PolicySpec
-from simserve.runner.storage import atomic_folder, out_lock, write_config, write_records
+from simserve.runner.storage import (atomic_folder, out_lock, records_frame, write_config,
+                                     write_records)
 from simserve.hardware.setup import resolve_hardware
 from simserve.metrics import request_frame, summarize
 from simserve.models import get_model
@@ -49,64 +53,124 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
     return build_workload(w.trace, num_requests=w.num_requests, arrival=w.arrival, rate=rate,
                           seed=seed, burstiness_cv=w.burstiness_cv,
                           max_context=w.max_context or model.max_context, start=w.start,
-                          overlong=w.overlong)
+                          max_concurrency=w.max_concurrency, tile=w.tile, overlong=w.overlong,
+                          **w.random_params())
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
-              workload: Workload | None = None) -> PointResult:
+              workload: Workload | None = None, requests_sink=None,
+              progress=False) -> PointResult:
+    """One point. With `requests_sink(frame)` the run is streamed: per-request rows go to the
+    sink in chunks as requests finish and `requests` is None (memory stays flat)."""
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
+
+    def label(frame: pd.DataFrame) -> pd.DataFrame:
+        frame.insert(0, "seed", pt.seed)
+        frame.insert(0, "request_rate", pt.rate)
+        frame.insert(0, "policy", pt.policy.label)
+        return frame
+
+    stream = None
+    if requests_sink is not None:
+        from simserve.metrics_stream import RecordStream
+        stream = RecordStream(cfg.slo, lambda f: requests_sink(label(f)))
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
-                                    seed=pt.seed)
+                                    seed=pt.seed, stream=stream, progress=progress)
+    hw = cfg.hardware
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
                "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
-               "num_dropped": int(wl.num_dropped)}
+               "num_dropped": int(wl.num_dropped),
+               "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
+               "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
+               "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
+    if stream is not None:
+        summary.update(stream.summary())
+        summary.update(res.stats.get("prefix_cache_summary", {}))
+        return PointResult(pt, summary, None, res.stats, res.recorder.frame())
     summary.update(summarize(res.records, cfg.slo))
     summary.update(res.stats.get("prefix_cache_summary", {}))
-    frame = request_frame(res.records, cfg.slo)
-    frame.insert(0, "seed", pt.seed)
-    frame.insert(0, "request_rate", pt.rate)
-    frame.insert(0, "policy", pt.policy.label)
+    frame = label(request_frame(res.records, cfg.slo))
     return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
 
 
-def validate(cfg: ExperimentConfig) -> None:
-    """Everything that can fail before a run: hardware names, the trace, the first workload."""
+def run_date() -> str:
+    """When a point ran, as `vllm bench serve` dates its results (%Y%m%d-%H%M%S, UTC here).
+    SOURCE_DATE_EPOCH (seconds) pins it, for byte-identical reruns."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    t = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() \
+        else datetime.now(timezone.utc)
+    return t.strftime("%Y%m%d-%H%M%S")
+
+
+STREAM_MIN_REQUESTS = 200_000  # points this large stream their per-request records to disk
+POINT_BAR_MIN_REQUESTS = 20_000  # points this large get a bar of their own (finished requests)
+
+
+def validate(cfg: ExperimentConfig) -> Workload:
+    """Everything that can fail before a run: hardware names, the trace, the first workload
+    (returned)."""
     resolve_hardware(cfg.hardware)
-    make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
+    return make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
 
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
-                          progress: bool = True) -> list[PointResult]:
+                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
     folder's lock (a second run into the same `out` at the same time is refused)."""
     if out is None:
-        return _run_points(cfg, progress)
+        return _run_experiment_config(cfg, None, progress, stream)
     with out_lock(Path(out)):
-        results = _run_points(cfg, progress)
-        write_results(cfg, results, Path(out))
-    return results
+        return _run_experiment_config(cfg, out, progress, stream)
 
 
-def _run_points(cfg: ExperimentConfig, progress: bool) -> list[PointResult]:
-    validate(cfg)
+def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
+                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
+    """Every point; results written to `out` when given. `stream` (default: points of
+    `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
+    chunks while points run instead of holding them (PointResult.requests is then None)."""
+    first = validate(cfg)
+    if stream is None:
+        stream = first.num_requests >= STREAM_MIN_REQUESTS
     hardware = resolve_hardware(cfg.hardware)
     pts = points(cfg)
+    point_bar = progress and first.num_requests >= POINT_BAR_MIN_REQUESTS
     bar = None
     if progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
         bar = tqdm(total=len(pts), desc=cfg.name, unit="point", file=sys.stderr, leave=False)
-    results = []
-    try:
-        for pt in pts:
+
+    def run_all(sink) -> list[PointResult]:
+        results = []
+        try:
+            for pt in pts:
+                if bar:
+                    bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
+                results.append(run_point(cfg, pt, hardware, requests_sink=sink,
+                                         progress=point_bar))
+                if bar:
+                    bar.update()
+        finally:
             if bar:
-                bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
-            results.append(run_point(cfg, pt, hardware))
-            if bar:
-                bar.update()
-    finally:
-        if bar:
-            bar.close()
+                bar.close()
+        return results
+
+    if not stream:
+        results = run_all(None)
+        if out is not None:
+            write_results(cfg, results, Path(out))
+        return results
+    if out is None:
+        return run_all(lambda frame: None)
+    with atomic_folder(Path(out).resolve()) as tmp:
+        with open(tmp / "requests.csv", "w", newline="") as f:
+            first_chunk = [True]
+
+            def sink(frame: pd.DataFrame) -> None:
+                frame.to_csv(f, header=first_chunk[0], index=False, float_format="%.9g")
+                first_chunk[0] = False
+            results = run_all(sink)
+        _write_summary_files(tmp, cfg, results)
     return results
 
 
@@ -119,29 +183,36 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     into a temporary sibling folder renamed to `out` only when everything is written."""
     out = out.resolve()
     with atomic_folder(out) as tmp:
-        recs = summary_records(results)
-        write_records(tmp / "summary.json", recs)
-        pd.DataFrame(recs).to_csv(tmp / "summary.csv", index=False)
         pd.concat([r.requests for r in results], ignore_index=True).to_csv(
             tmp / "requests.csv", index=False, float_format="%.9g")
-        write_config(tmp / "config.yaml", cfg.resolved(),
-                     f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
-                     f"profiles = {cfg.hash()}")
-        (tmp / "config.sha256").write_text(cfg.hash() + "\n")
+        _write_summary_files(tmp, cfg, results)
     return out
 
 
+def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult]) -> None:
+    recs = summary_records(results)
+    write_records(tmp / "summary.json", recs)
+    records_frame(recs).to_csv(tmp / "summary.csv", index=False)
+    write_config(tmp / "config.yaml", cfg.resolved(),
+                 f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
+                 f"profiles = {cfg.hash()}")
+    (tmp / "config.sha256").write_text(cfg.hash() + "\n")
+
+
 TABLE_COLUMNS = [
-    ("policy", "policy", None), ("request_rate", "rate", "{:g}"),
+    ("policy", "policy", None), ("request_rate", "rate req/s", "{:g}"),
+    ("max_concurrency", "max conc.", "{:d}"),
     ("mean_ttft_ms", "TTFT mean s", "s"), ("p99_ttft_ms", "TTFT p99 s", "s"),
     ("p99_itl_ms", "ITL p99 s", "s"), ("mean_tpot_ms", "TPOT mean s", "s"),
     ("p99_tpot_ms", "TPOT p99 s", "s"), ("mean_normalized_latency_s", "norm lat s/tok", "{:.3f}"),
     ("output_throughput", "out tok/s", "{:.0f}"), ("slo_attainment", "SLO att.", "{:.1%}"),
+    ("request_goodput", "goodput req/s", "{:.2f}"),
 ]
 
 
-def format_table(recs: list[dict]) -> str:
-    cols = [c for c in TABLE_COLUMNS if any(c[0] in r for r in recs)]
+def format_table(recs: list[dict], slo=None) -> str:
+    """The run table, with a footer saying its units and the SLO it was judged by."""
+    cols = [c for c in TABLE_COLUMNS if any(r.get(c[0]) is not None for r in recs)]
     rows = [[h for _, h, _ in cols]]
     for r in recs:
         row = []
@@ -159,7 +230,17 @@ def format_table(recs: list[dict]) -> str:
     widths = [max(len(x[i]) for x in rows) for i in range(len(cols))]
     lines = ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + table_footer(slo)
+
+
+def table_footer(slo) -> str:
+    """Two lines under a run table: its units and the SLO ("varies": one per sweep point)."""
+    units = ("units: TTFT, ITL, TPOT in s (from the request's send time); norm lat = E2E / "
+             "output tokens; rate, goodput in req/s; out tok/s = output tokens per s")
+    if slo == "varies":
+        return units + "\nSLO: varies by point (see each point's config.yaml)"
+    return units + "\n" + (f"SLO: {slo.describe()}" if slo is not None else
+                           "SLO: none (add slo: {ttft_ms, tbt_ms} to judge attainment and goodput)")
 
 
 def check_out_dir(out: Path) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -11,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from simserve.errors import SimserveError
+from simserve.strict_json import from_strict_json, strict_json  # noqa: F401 (re-exported)
 
 try:
     import fcntl
@@ -95,11 +97,21 @@ def atomic_folder(dest: Path):
         raise
 
 
+def records_json(records: list[dict]) -> str:
+    return json.dumps(strict_json(records), indent=1, allow_nan=False) + "\n"
+
+
+def records_frame(records: list[dict]):
+    """Records as a DataFrame for summary.csv (nested values such as policy_options as JSON)."""
+    import pandas as pd
+    return pd.DataFrame([{k: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+                          for k, v in r.items()} for r in records])
+
+
 def write_records(path: Path, records: list[dict]) -> None:
-    """A list of run records, as `vllm bench` tooling reads them."""
+    """A list of run records, as `vllm bench` tooling reads them (strict JSON)."""
     with open(path, "w") as f:
-        json.dump(records, f, indent=1, allow_nan=True)
-        f.write("\n")
+        f.write(records_json(records))
 
 
 def write_config(path: Path, resolved: dict, header: str) -> None:

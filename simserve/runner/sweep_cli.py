@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simserve.runner.point import TABLE_COLUMNS
+from simserve.runner.point import TABLE_COLUMNS, table_footer
 from simserve.runner.sweep import check_points, load_sweep
 from simserve.runner.sweep_run import check_sweep_out, point_status, run_sweep
 
@@ -59,9 +59,11 @@ def _sweep(args: argparse.Namespace) -> int:
                     scheduler=args.scheduler, progress=not args.quiet)
     if len(res.records) <= MAX_TABLE_ROWS:
         cols = _ident_columns(sweep) + [c for c in TABLE_COLUMNS
-                                        if any(c[0] in r for r in res.records)]
+                                        if any(r.get(c[0]) is not None for r in res.records)]
         print(f"{sweep.name}: times in seconds")
         print(table(res.records, cols))
+        slos = {sp.cfg.slo for sp in sweep.points}
+        print(table_footer(slos.pop() if len(slos) == 1 else "varies"))
     n = len(res.records)
     print(f"\n{n} points{_sims(n, res.num_run + res.num_skipped)}: {res.num_run} run, "
           f"{res.num_skipped} already done; results: {out}/ (summary.json, summary.csv, "

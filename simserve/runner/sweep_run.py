@@ -1,6 +1,8 @@
 """Running a sweep: the points not done yet, each stored in `OUT/points/<hash>/` (written to a
 temporary sibling and renamed, so a folder that exists is complete), then `OUT/summary.json`
 (a list of run records, as `vllm bench` tools read) and `OUT/summary.csv`, also atomically.
+A point's own record is `record.json`, so the top summary is the only `summary.json` a
+recursive loader finds (folders written before keep `summary.json` until a rerun renames it).
 
 A rerun skips finished points (resume after a crash or Ctrl-C) and removes half-written
 temporary folders; a second sweep into a folder that one is writing is refused (`out_lock`).
@@ -20,11 +22,13 @@ import pandas as pd
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.config import TOP_KEYS, ExperimentConfig
 from simserve.runner.point import points, run_point
-from simserve.runner.storage import atomic_folder, out_lock, write_config, write_records
+from simserve.runner.storage import (atomic_folder, out_lock, records_frame, records_json,
+                                     write_config, write_records)
 from simserve.runner.sweep import Sweep, SweepPoint, check_points
 from simserve.hardware.setup import Hardware
 
-POINT_FILES = ("summary.json", "requests.csv", "config.yaml")
+POINT_FILES = ("record.json", "requests.csv", "config.yaml")
+LEGACY_RECORD = "summary.json"  # a point's record before record.json
 
 
 def simulate_one(task: tuple[ExperimentConfig, Hardware, str]) -> tuple[dict, str]:
@@ -41,7 +45,8 @@ def simulate_one(task: tuple[ExperimentConfig, Hardware, str]) -> tuple[dict, st
 
 
 def is_done(folder: Path) -> bool:
-    return all((folder / f).is_file() for f in POINT_FILES)
+    return all((folder / f).is_file() or (f == POINT_FILES[0] and (folder / LEGACY_RECORD).is_file())
+               for f in POINT_FILES)
 
 
 def clean_temp(points_dir: Path) -> list[Path]:
@@ -53,11 +58,11 @@ def clean_temp(points_dir: Path) -> list[Path]:
 
 
 def write_point(points_dir: Path, sp: SweepPoint, summary: dict, requests_csv: str) -> Path:
-    """points/<hash>/ with summary.json (a list of one record), requests.csv, config.yaml;
+    """points/<hash>/ with record.json (a list of one record), requests.csv, config.yaml;
     written to a temporary sibling and renamed, so a folder that exists is complete."""
     dest = points_dir / sp.key
     with atomic_folder(dest) as tmp:
-        write_records(tmp / "summary.json", [{**sp.ident(), **summary}])
+        write_records(tmp / POINT_FILES[0], [{**sp.ident(), **summary}])
         (tmp / "requests.csv").write_text(requests_csv)
         write_config(tmp / "config.yaml", sp.cfg.resolved(),
                      f"resolved config of one sweep point; sha256[:16] = {sp.key}")
@@ -67,10 +72,15 @@ def write_point(points_dir: Path, sp: SweepPoint, summary: dict, requests_csv: s
 def read_record(points_dir: Path, sp: SweepPoint) -> dict:
     """A stored point's record, with identifying fields from the current expansion (a point
     reused by an edited sweep may have had another variant name)."""
-    with open(points_dir / sp.key / "summary.json") as f:
+    folder = points_dir / sp.key
+    if not (folder / POINT_FILES[0]).is_file():  # written before record.json: rename it
+        os.replace(folder / LEGACY_RECORD, folder / POINT_FILES[0])
+    with open(folder / POINT_FILES[0]) as f:
         stored = json.load(f)[0]
+    # the run's own description (model, gpu, ...) is kept; swept keys come from the expansion
     metrics = {k: v for k, v in stored.items()
-               if k not in ("point", "variant") and "." not in k and k not in TOP_KEYS}
+               if k not in ("point", "variant") and "." not in k
+               and (k not in TOP_KEYS or k == "model")}
     return {**sp.ident(), **metrics}
 
 
@@ -93,8 +103,8 @@ def _atomic_text(path: Path, text: str) -> None:
 
 
 def write_summaries(out: Path, records: list[dict]) -> None:
-    _atomic_text(out / "summary.json", json.dumps(records, indent=1, allow_nan=True) + "\n")
-    _atomic_text(out / "summary.csv", pd.DataFrame(records).to_csv(index=False))
+    _atomic_text(out / "summary.json", records_json(records))
+    _atomic_text(out / "summary.csv", records_frame(records).to_csv(index=False))
 
 
 @dataclass
@@ -109,7 +119,9 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: i
               scheduler: str | None = None, progress: bool = True, client=None) -> SweepOutcome:
     """Run the points whose folders are missing, then write OUT/summary.json and .csv.
     `client` (a `distributed.Client`) is used by the dask executor when given."""
-    from simserve.runner.executors import check_executor
+    from tqdm.auto import tqdm
+
+    from simserve.runner.executors import check_executor, make_executor
 
     out = Path(out)
     check_executor(executor, workers, scheduler)

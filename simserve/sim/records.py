@@ -17,6 +17,9 @@ class RequestRecords:
     num_preemptions counts recompute/swap preemptions of each request.
     token_on_cpu[j] is True where token j was decoded by a CPU engine (CPU-tier policies);
     None for policies that never decode on the CPU.
+    arrival_s is when the request reached the server (the client sent it), which every latency
+    counts from; scheduled_s is when the workload scheduled it (None: the same). They differ
+    under a closed-loop client (`max_concurrency`), which holds a request until a slot frees.
     """
 
     arrival_s: np.ndarray
@@ -28,6 +31,7 @@ class RequestRecords:
     token_times_s: np.ndarray
     num_preemptions: np.ndarray
     token_on_cpu: np.ndarray | None = None
+    scheduled_s: np.ndarray | None = None
 
     @property
     def num_requests(self) -> int:

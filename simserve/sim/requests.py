@@ -2,6 +2,12 @@
 
 Schedulers hold ids in their own queues; the hot fields live here so that a batch's updates
 are a few vectorised numpy operations, never a Python loop over tokens.
+
+Token times: by default one array of every token of every request. With `token_window` the
+table keeps a ring instead, of the tokens from the oldest request not yet retired on: requests
+finished in id order are handed in chunks to `on_retire(start, end)` (which reads them with
+`token_slice`) and their slots reused, so memory stays flat however many requests run. The
+ring doubles when the requests in flight span more tokens than it holds.
 """
 from __future__ import annotations
 
@@ -19,10 +25,14 @@ SMALL = 48  # up to this many ids per call, loop over plain ints instead of nump
 
 
 class RequestTable:
-    def __init__(self, w: Workload):
+    def __init__(self, w: Workload, token_window: int | None = None, retire_chunk: int = 8192):
         n = w.num_requests
         self.n = n
-        self.arrival = np.asarray(w.arrival_s, dtype=np.float64)
+        # when the workload schedules each request, and when it reaches the server (the
+        # client's send time: later under a closed loop, see ArrivalSource); latencies count
+        # from `arrival`
+        self.scheduled = np.array(w.arrival_s, dtype=np.float64)
+        self.arrival = self.scheduled.copy()
         self.prompt = np.asarray(w.prompt_tokens, dtype=np.int64)
         self.output = np.asarray(w.output_tokens, dtype=np.int64)
         if n and (self.prompt.min() < 1 or self.output.min() < 1):
@@ -37,22 +47,91 @@ class RequestTable:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self.output, out=self.offsets[1:])
-        self.token_times = np.full(int(self.offsets[-1]), np.nan)
+        total = int(self.offsets[-1])
+        self._mask = None  # ring index mask when streaming, else None
+        if token_window is not None and token_window < total:
+            cap = 1 << max(12, int(token_window - 1).bit_length())
+            self._mask = cap - 1
+            total = cap
+        self.token_times = np.full(total, np.nan)
         self.token_on_cpu = None  # per-token residency, allocated by CPU-tier engines
         # prompt block content hashes (Mooncake hash_ids) for prefix caching; None: no reuse
         self.hash_ids = w.hash_ids
         self.hash_block_tokens = w.hash_block_tokens
         self.num_finished = 0
         self.num_emitted = 0
+        self.on_finish = None  # on_finish(num, t): requests finished at t (closed-loop clients)
+        self.on_retire = None  # on_retire(start, end): requests [start, end) done (streaming)
+        self.retire_chunk = retire_chunk
+        self.num_retired = 0   # requests before this id were retired (their tokens are gone)
+        self._done_prefix = 0  # every request before this id has finished
+        self._top = 0          # token offset past the last token written so far
+
+    @property
+    def streaming(self) -> bool:
+        return self._mask is not None
+
+    def _room(self, ids: np.ndarray, k: int = 1) -> None:
+        """Grow the ring until it holds every token from the oldest unretired request to the
+        last of ids' next k tokens."""
+        top = int((self.offsets[ids] + self.generated[ids]).max()) + k
+        if top > self._top:
+            self._top = top
+        base = int(self.offsets[self.num_retired])
+        cap = self._mask + 1
+        if top - base <= cap:
+            return
+        while top - base > cap:
+            cap *= 2
+        idx = np.arange(base, self._top)
+        old_mask, self._mask = self._mask, cap - 1
+        tt = np.full(cap, np.nan)
+        tt[idx & self._mask] = self.token_times[idx & old_mask]
+        self.token_times = tt
+        if self.token_on_cpu is not None:
+            oc = np.zeros(cap, dtype=bool)
+            oc[idx & self._mask] = self.token_on_cpu[idx & old_mask]
+            self.token_on_cpu = oc
+
+    def token_slice(self, start: int, end: int) -> np.ndarray:
+        """Token times of requests [start, end) (a copy when streaming)."""
+        a, b = int(self.offsets[start]), int(self.offsets[end])
+        if self._mask is None:
+            return self.token_times[a:b]
+        return self.token_times[np.arange(a, b) & self._mask]
+
+    def cpu_slice(self, start: int, end: int) -> np.ndarray | None:
+        if self.token_on_cpu is None:
+            return None
+        a, b = int(self.offsets[start]), int(self.offsets[end])
+        if self._mask is None:
+            return self.token_on_cpu[a:b]
+        return self.token_on_cpu[np.arange(a, b) & self._mask]
+
+    def _finished_upto(self) -> None:
+        i, fin, n = self._done_prefix, self.finish, self.n
+        while i < n and fin[i] == fin[i]:  # not NaN
+            i += 1
+        self._done_prefix = i
+        if i - self.num_retired >= self.retire_chunk:
+            self.retire(i)
+
+    def retire(self, end: int | None = None) -> None:
+        """Hand requests [num_retired, end) (default: every finished one) to `on_retire`."""
+        end = self._done_prefix if end is None else end
+        if end > self.num_retired and self.on_retire is not None:
+            self.on_retire(self.num_retired, end)
+        self.num_retired = max(self.num_retired, end)
 
     def track_cpu_tokens(self) -> None:
         """Start recording which tokens a CPU engine decodes (`emit(..., on_cpu=True)`)."""
         if self.token_on_cpu is None:
-            self.token_on_cpu = np.zeros(len(self.token_times), dtype=bool)
+            self.token_on_cpu = np.zeros(len(self.token_times), dtype=bool)  # ring-sized too
 
     def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
         """One token sampled at time t for each id; returns the ids that finished."""
-        if len(ids) <= SMALL and not on_cpu:  # plain ints: numpy calls cost more here
+        if len(ids) <= SMALL and not on_cpu and self._mask is None:  # plain ints: numpy calls
+            #                                                   cost more here
             il = ids.tolist()
             g = self.generated[ids].tolist()
             tt = self.token_times
@@ -69,11 +148,18 @@ class RequestTable:
             if len(done):
                 self.finish[done] = t
                 self.num_finished += len(done)
+                if self.on_finish is not None:
+                    self.on_finish(len(done), t)
             return done
         g = self.generated[ids]
-        self.token_times[self.offsets[ids] + g] = t
+        pos = self.offsets[ids] + g
+        if self._mask is not None:
+            if len(ids):
+                self._room(ids)
+            pos &= self._mask
+        self.token_times[pos] = t
         if on_cpu:
-            self.token_on_cpu[self.offsets[ids] + g] = True
+            self.token_on_cpu[pos] = True
         first = ids[g == 0]
         if len(first):
             self.first_token[first] = t
@@ -85,12 +171,20 @@ class RequestTable:
         if len(done):
             self.finish[done] = t
             self.num_finished += len(done)
+            if self.on_finish is not None:
+                self.on_finish(len(done), t)
+            if self._mask is not None:
+                self._finished_upto()
         return done
 
     def emit_many(self, ids: np.ndarray, times: np.ndarray, on_cpu: bool = False) -> None:
         """len(times) tokens for each id (a leap of decode steps); none may finish early."""
         k = len(times)
         pos = (self.offsets[ids] + self.generated[ids])[:, None] + np.arange(k)[None, :]
+        if self._mask is not None:
+            if len(ids):
+                self._room(ids, k)
+            pos &= self._mask
         self.token_times[pos] = times[None, :]
         if on_cpu:
             self.token_on_cpu[pos] = True
@@ -103,6 +197,11 @@ class RequestTable:
         """len(times) consecutive tokens for each id (a leap of k decode steps: `emit_many` of
         the first k - 1, then `emit` of the last); `generated`: the ids' counts before, when
         the caller has them (none may be 0: no first tokens). Returns the ids that finished."""
+        if self._mask is not None:  # a streaming table: the ring-aware general path
+            times = np.asarray(times, dtype=np.float64)
+            if len(times) > 1:
+                self.emit_many(ids, times[:-1])
+            return self.emit(ids, float(times[-1]))
         k = len(times)
         times = np.asarray(times, dtype=np.float64)
         if generated is None:
@@ -131,12 +230,16 @@ class RequestTable:
         if len(done):
             self.finish[done] = times[-1]
             self.num_finished += len(done)
+            if self.on_finish is not None:
+                self.on_finish(len(done), float(times[-1]))
         return done
 
     def records(self) -> RequestRecords:
+        if self._mask is not None:
+            raise RuntimeError("a streaming request table hands its records to on_retire")
         return RequestRecords(
             arrival_s=self.arrival, prompt_tokens=self.prompt, output_tokens=self.output,
             first_token_s=self.first_token, finish_s=self.finish, token_offsets=self.offsets,
             token_times_s=self.token_times, num_preemptions=self.preemptions,
-            token_on_cpu=self.token_on_cpu,
+            token_on_cpu=self.token_on_cpu, scheduled_s=self.scheduled,
         )

@@ -1,7 +1,7 @@
 """`build_workload`: one call from a trace or synthetic name to the requests a run replays.
 
-Order: load -> first N (from `start`) -> drop over-long requests (`overlong: drop`, the
-default) -> arrivals -> or cap at max context (`overlong: cap`). Dropping comes before the
+Order: load -> tile -> first N (from `start`) -> drop over-long requests (`overlong: drop`,
+the default) -> arrivals -> or cap at max context (`overlong: cap`). Dropping comes before the
 arrival process, so the requests that remain arrive at exactly `rate`. Parsed trace files
 are cached per process, keyed by (path, mtime, size), so a sweep over rates parses each file
 once; the cached arrays are read-only and every transform returns new arrays.
@@ -18,10 +18,11 @@ from simserve.errors import ConfigError, did_you_mean
 from simserve.workload.manifest import load_manifest, resolve_trace
 from simserve.workload.readers import read_trace
 from simserve.workload.spec import Workload
-from simserve.workload.synthetic import SYNTHETIC, check_count, check_positive
+from simserve.workload.synthetic import (RANDOM, SYNTHETIC, check_count, check_positive,
+                                         random_workload)
 from simserve.workload.transform import (OVERLONG, cap_context, drop_overlong, first_n,
                                          normalize_exponential, normalize_gamma, scale_gaps,
-                                         trace_arrivals)
+                                         tile, trace_arrivals)
 
 ARRIVALS = ("poisson", "gamma", "scale", "trace")
 SYNTHETIC_ARRIVALS = ("poisson", "gamma")
@@ -56,19 +57,29 @@ def _check_seed(seed) -> int:
     return int(seed)
 
 
-def _load(trace: str, num_requests: int | None, seed: int, start: int) -> Workload:
+def _load(trace: str, num_requests: int | None, seed: int, start: int, random: dict,
+          tiles: int = 1) -> Workload:
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise ConfigError(f"start: expected an integer >= 0, got {start!r}")
+    if tiles != 1 and (trace in SYNTHETIC or trace == RANDOM):
+        raise ConfigError(f"tile: repeats a trace file in time; {trace!r} is synthetic (ask "
+                          "for more requests instead)")
+    if trace == RANDOM:
+        if num_requests is None:
+            raise ConfigError(f"num_requests: required for the synthetic workload {trace!r}")
+        n = check_count(num_requests)
+        w = random_workload(start + n, seed=seed, **random)
+        return first_n(w, n, start) if start else w
     if trace in SYNTHETIC:
         if num_requests is None:
             raise ConfigError(f"num_requests: required for the synthetic workload {trace!r}")
         n = check_count(num_requests)
         w = SYNTHETIC[trace].generate(start + n, seed)
         return first_n(w, n, start) if start else w
-    path = resolve_trace(trace, also_known=SYNTHETIC)
+    path = resolve_trace(trace, also_known=(*SYNTHETIC, RANDOM))
     w = load_trace(path)
     name = trace if trace in load_manifest() else path.stem
-    w = dataclasses.replace(w, name=name)
+    w = tile(dataclasses.replace(w, name=name), tiles)
     if start >= w.num_requests:
         raise ConfigError(f"start: {start} is past the end of {name} ({w.num_requests} requests)")
     n = w.num_requests - start if num_requests is None else num_requests
@@ -77,10 +88,16 @@ def _load(trace: str, num_requests: int | None, seed: int, start: int) -> Worklo
 
 def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: float | None,
                    seed: int, burstiness_cv: float = 1.0, max_context: int | None = None,
-                   start: int = 0, overlong: str = "drop") -> Workload:
+                   start: int = 0, overlong: str = "drop", random_input_len: int = 1024,
+                   random_output_len: int = 128, random_range_ratio: float = 0.0,
+                   max_concurrency: int | None = None, tile: int = 1) -> Workload:
     """Requests for one run.
 
-    trace: a built-in synthetic name (`SYNTHETIC`), a manifest name, or a file path.
+    trace: a built-in synthetic name (`SYNTHETIC`), `random` (vLLM's random dataset, lengths
+    from `random_input_len`, `random_output_len`, `random_range_ratio`), a manifest name, or a
+    file path; `tile` repeats a trace file k times in time (`transform.tile`).
+    rate: requests/s, or inf to send every request at t = 0 (`vllm bench serve
+    --request-rate inf`); max_concurrency: the client's limit on requests in flight.
     arrival: `poisson` (exponential gaps, exact mean rate, fixed by seed), `gamma` (gamma gaps
     with burstiness_cv, exact mean rate), `scale` (the trace's own gaps scaled to `rate`) or
     `trace` (the trace's timestamps from t = 0; rate ignored). Synthetic workloads have no
@@ -92,21 +109,30 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
     if arrival not in ARRIVALS:
         raise ConfigError(f"arrival: expected one of {', '.join(ARRIVALS)}, got {arrival!r}"
                           f"{did_you_mean(arrival, ARRIVALS)}")
-    if trace in SYNTHETIC and arrival not in SYNTHETIC_ARRIVALS:
+    if (trace in SYNTHETIC or trace == RANDOM) and arrival not in SYNTHETIC_ARRIVALS:
         raise ConfigError(f"arrival: {arrival!r} replays a trace's own timestamps, but "
                           f"{trace!r} is synthetic; use one of {', '.join(SYNTHETIC_ARRIVALS)}")
     if overlong not in OVERLONG:
         raise ConfigError(f"overlong: expected one of {', '.join(OVERLONG)}, got {overlong!r}"
                           f"{did_you_mean(str(overlong), OVERLONG)}")
     seed = _check_seed(seed)
+    at_once = False
     if arrival != "trace":
         if rate is None:
             raise ConfigError(f"rate: required for arrival {arrival!r}")
-        rate = check_positive(rate, "rate")
-    w = _load(trace, num_requests, seed, start)
+        at_once = isinstance(rate, (int, float, np.number)) and not isinstance(rate, bool) \
+            and rate == np.inf
+        if not at_once:
+            rate = check_positive(rate, "rate")
+    w = _load(trace, num_requests, seed, start,
+              {"input_len": random_input_len, "output_len": random_output_len,
+               "range_ratio": random_range_ratio}, tile)
     if max_context is not None and overlong == "drop":
         w = drop_overlong(w, max_context)
-    if arrival == "poisson":
+    if at_once:  # every request at t = 0, as vLLM sends them at an infinite rate
+        w = dataclasses.replace(w, arrival_s=np.zeros(w.num_requests),
+                                meta={**w.meta, "arrival": arrival, "rate": "inf"})
+    elif arrival == "poisson":
         w = normalize_exponential(w, rate, seed)
     elif arrival == "gamma":
         w = normalize_gamma(w, rate, burstiness_cv, seed)
@@ -116,4 +142,9 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
         w = trace_arrivals(w)
     if max_context is not None and overlong == "cap":
         w = cap_context(w, max_context)
+    if max_concurrency is not None:
+        try:
+            w = dataclasses.replace(w, max_concurrency=max_concurrency)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     return w

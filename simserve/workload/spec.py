@@ -21,6 +21,9 @@ class Workload:
                    block may be partial), as sequences of ints (lists or int arrays; never
                    modified); None when the source has none (Azure,
                    synthetic). Prefix caching derives its KV-block hashes from them.
+    max_concurrency  the client's limit on requests in flight (`vllm bench serve
+                   --max-concurrency`): a request waits past its arrival time until fewer are
+                   in flight; None sends every request at its arrival time (open loop)
     """
 
     arrival_s: np.ndarray
@@ -32,6 +35,7 @@ class Workload:
     num_dropped: int = 0
     hash_ids: tuple | None = None
     hash_block_tokens: int = 512
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -39,6 +43,10 @@ class Workload:
             raise ValueError("Workload arrays must have equal lengths")
         if self.hash_ids is not None and len(self.hash_ids) != n:
             raise ValueError("Workload.hash_ids must have one entry per request")
+        m = self.max_concurrency
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer))
+                              or m < 1):
+            raise ValueError(f"max_concurrency: expected a positive integer or null, got {m!r}")
 
     @property
     def num_requests(self) -> int:

@@ -200,6 +200,37 @@ for _name, _base, (_pm, _om), (_kp, _ko) in DUALPACE_SCALES:
         f"Trace 2023 {_base.split('-', 1)[1]} shape")
 
 
+RANDOM = "random"  # `vllm bench serve --dataset-name random`
+
+
+def random_workload(n: int, input_len: int, output_len: int, range_ratio: float,
+                    seed: int) -> Workload:
+    """n requests with the lengths `vllm bench serve --dataset-name random` samples: uniform
+    integers in [floor(L·(1−r)), ceil(L·(1+r))] for L = input_len and output_len (the output
+    bound at least 1), drawn from `numpy.random.default_rng(seed)` inputs first, as vLLM's
+    RandomDataset does (vllm/benchmarks/datasets.py). With no tokenizer special tokens and no
+    prefix, one seed gives vLLM's lengths. Arrivals all 0."""
+    n = check_count(n, "num_requests")
+    for name, v in (("random_input_len", input_len), ("random_output_len", output_len)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"{name}: expected a positive integer, got {v!r}")
+    if isinstance(range_ratio, bool) or not isinstance(range_ratio, (int, float)) \
+            or not 0.0 <= range_ratio < 1.0:
+        raise ConfigError(f"random_range_ratio: expected a number in [0, 1), got {range_ratio!r}")
+    in_lo, in_hi = math.floor(input_len * (1 - range_ratio)), math.ceil(input_len * (1 + range_ratio))
+    out_lo = max(math.floor(output_len * (1 - range_ratio)), 1)
+    out_hi = max(math.ceil(output_len * (1 + range_ratio)), 1)
+    if in_lo < 1:
+        raise ConfigError(f"random_range_ratio: {range_ratio} lets prompts of "
+                          f"random_input_len {input_len} reach {in_lo} tokens; lower it")
+    rng = np.random.default_rng(int(seed))
+    prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int64)
+    output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int64)
+    return Workload(np.zeros(n), prompt, output, name=RANDOM,
+                    meta={"random_input_len": int(input_len), "random_output_len": int(output_len),
+                          "random_range_ratio": float(range_ratio), "seed": int(seed)})
+
+
 def get_synthetic(name: str) -> SyntheticSpec:
     try:
         return SYNTHETIC[name]

@@ -35,6 +35,26 @@ def first_n(w: Workload, n: int, start: int = 0) -> Workload:
                                meta={**w.meta, "start": int(start)})
 
 
+def tile(w: Workload, k: int) -> Workload:
+    """The trace repeated k times in time: copy j is shifted by j periods, a period being the
+    trace's span plus one mean gap, (n/(n−1))·(last − first), so the tiled trace keeps the
+    trace's mean rate and no two copies overlap."""
+    k = check_count(k, "tile")
+    if k == 1:
+        return w
+    n = _nonempty(w)
+    a = np.asarray(w.arrival_s, dtype=np.float64)
+    span = float(a[-1] - a[0]) if n > 1 else 0.0
+    if span <= 0:
+        raise ConfigError(f"tile: {w.name} has no duration (all arrivals simultaneous), so its "
+                          "copies cannot be laid end to end")
+    period = span * n / (n - 1)
+    arr = (a[None, :] + period * np.arange(k, dtype=np.float64)[:, None]).ravel()
+    return dataclasses.replace(w, arrival_s=arr, prompt_tokens=np.tile(w.prompt_tokens, k),
+                               output_tokens=np.tile(w.output_tokens, k),
+                               meta={**w.meta, "tile": int(k), "tile_period_s": period})
+
+
 def _nonempty(w: Workload) -> int:
     if w.num_requests < 1:
         raise ConfigError(f"{w.name}: the workload has no requests")

@@ -1,0 +1,84 @@
+"""Metrics of a run too large to hold: a streaming request table retires finished requests in
+chunks (id order); each chunk's per-request rows go to a writer and only what the run summary
+needs stays: per-request latencies (a few floats a request) and the distinct ITL gaps with
+their counts (a decode batch's requests share one gap, so there are about as many distinct gaps
+as iterations). `summary()` equals `summarize` on the whole run (its ITL percentiles exactly;
+mean and std to rounding)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from simserve.metrics import (SLO, _derive, _slo_met, request_frame, summarize_derived,
+                              weighted_stats)
+from simserve.sim.records import RequestRecords
+
+_KEEP = ("finished", "ttft", "e2el", "tpot", "normalized")
+
+
+class RecordStream:
+    """Attach to a `RequestTable` built with `token_window`; `write(frame)` receives each
+    chunk's `request_frame` rows (request ids global), in id order."""
+
+    def __init__(self, slo: SLO | None = None, write: Callable[[pd.DataFrame], None] | None = None,
+                 token_window: int = 1 << 21, chunk: int = 8192, max_distinct_gaps: int = 1 << 22):
+        self.slo, self.write = slo, write
+        self.token_window, self.chunk = token_window, chunk
+        self.max_distinct_gaps = max_distinct_gaps
+        self.table = None
+        self._parts: dict[str, list] = {k: [] for k in (*_KEEP, "met")}
+        self._gaps: list[tuple[np.ndarray, np.ndarray]] = []
+        self._num_gaps = 0
+        self.num_rows = 0
+
+    def attach(self, table) -> None:
+        self.table = table
+        table.on_retire = self.retire
+
+    def retire(self, s: int, e: int) -> None:
+        t = self.table
+        rec = RequestRecords(
+            arrival_s=t.arrival[s:e], prompt_tokens=t.prompt[s:e], output_tokens=t.output[s:e],
+            first_token_s=t.first_token[s:e], finish_s=t.finish[s:e],
+            token_offsets=t.offsets[s:e + 1] - t.offsets[s], token_times_s=t.token_slice(s, e),
+            num_preemptions=t.preemptions[s:e], token_on_cpu=t.cpu_slice(s, e),
+            scheduled_s=t.scheduled[s:e])
+        d = _derive(rec)
+        for k in _KEEP:
+            self._parts[k].append(d[k])
+        if self.slo is not None:
+            self._parts["met"].append(_slo_met(rec, self.slo, d["finished"]))
+        v, c = np.unique(d["itl"], return_counts=True)
+        self._gaps.append((v, c))
+        self._num_gaps += len(v)
+        if self._num_gaps > self.max_distinct_gaps:
+            self._compact()
+        if self.write is not None:
+            frame = request_frame(rec, self.slo)
+            frame["request_id"] += s
+            self.write(frame)
+        self.num_rows += e - s
+
+    def _compact(self) -> None:
+        v = np.concatenate([g[0] for g in self._gaps])
+        c = np.concatenate([g[1] for g in self._gaps])
+        u, inv = np.unique(v, return_inverse=True)
+        self._gaps = [(u, np.bincount(inv, weights=c).astype(np.int64))]
+        self._num_gaps = len(u)
+
+    def summary(self) -> dict:
+        t = self.table
+        d = {k: np.concatenate(self._parts[k]) if self._parts[k] else np.zeros(0)
+             for k in _KEEP}
+        d["finished"] = d["finished"].astype(bool)
+        met = np.concatenate(self._parts["met"]) if self._parts["met"] else np.zeros(0, bool)
+        if self._gaps:
+            self._compact()
+            v, c = self._gaps[0]
+        else:
+            v, c = np.zeros(0), np.zeros(0, dtype=np.int64)
+        n = len(d["finished"])
+        return summarize_derived(d, t.prompt[:n], t.output[:n], t.finish[:n], t.arrival[:n],
+                                 self.slo, met, weighted_stats("itl", v, c))
