@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from simserve.hardware.profile import available_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "validation" / "published" / "measurements.yaml"
@@ -74,7 +75,7 @@ def test_rows_fully_specified(data):
             assert metric in METRICS, f"{r['id']}: unknown metric {metric}"
             assert isinstance(value, (int, float)) and value > 0, f"{r['id']}: {metric}"
         s = r["simserve"]
-        assert (ROOT / "hwprofiles" / f"{s['gpu']}.yaml").exists(), r["id"]
+        assert s["gpu"] in available_profiles(), r["id"]
         assert s["workload"]["kind"] in KINDS, r["id"]
         assert int(s["workload"]["num_requests"]) >= 1
         # the simulated arrival process is the published one
