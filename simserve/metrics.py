@@ -282,6 +282,8 @@ def summarize_derived(d: dict, prompt_tokens, output_tokens, finish_s, arrival_s
 # window (issue 13 §6). 0.95 mirrors the 95 % attainment threshold; it is our choice, not a
 # paper's: neither paper defines a keep-up test.
 KEEP_UP_THRESHOLD = 0.95
+KEEP_UP_KEYS = ("keep_up_ratio", "backlog_requests_at_last_arrival",
+                "backlog_tokens_at_last_arrival")
 
 
 def keep_up(records: RequestRecords) -> dict[str, float]:

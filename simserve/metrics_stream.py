@@ -6,12 +6,14 @@ as iterations). `summary()` equals `summarize` on the whole run (its ITL percent
 mean and std to rounding)."""
 from __future__ import annotations
 
+import math
+
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from simserve.metrics import (SLO, _derive, _slo_met, request_frame, summarize_derived,
+from simserve.metrics import (KEEP_UP_KEYS, SLO, _derive, _slo_met, request_frame, summarize_derived,
                               weighted_stats)
 from simserve.sim.records import RequestRecords
 
@@ -80,5 +82,9 @@ class RecordStream:
         else:
             v, c = np.zeros(0), np.zeros(0, dtype=np.int64)
         n = len(d["finished"])
-        return summarize_derived(d, t.prompt[:n], t.output[:n], t.finish[:n], t.arrival[:n],
-                                 self.slo, met, weighted_stats("itl", v, c))
+        out = summarize_derived(d, t.prompt[:n], t.output[:n], t.finish[:n], t.arrival[:n],
+                                self.slo, met, weighted_stats("itl", v, c))
+        # the keep-up reading needs every token time, which a streamed run does not keep:
+        # the keys are there (NaN) so streamed and in-memory summaries have the same columns
+        out.update({k: math.nan for k in KEEP_UP_KEYS})
+        return out
