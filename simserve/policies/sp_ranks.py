@@ -18,6 +18,7 @@ from simserve.errors import ConfigError
 from simserve.policies.sp_leap import flat_decodes, leap_ranks, per_rank
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
+from simserve.sim.clock import at
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -95,7 +96,7 @@ class SpRanksEngine:
                 self.clock = max(self.clock, env.now)
                 continue
             if self.cfg.leap and self._leap_ok() and self._leap():
-                yield env.timeout(max(0.0, self.clock - env.now))
+                yield at(env, max(self.clock, env.now))  # exactly the clock (timeouts can miss an ulp)
                 continue
             step = self._iteration()
             if step is None:  # nothing runnable until KV in flight lands
@@ -111,7 +112,7 @@ class SpRanksEngine:
             self.clock += dt
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
-            yield env.timeout(max(0.0, self.clock - env.now))
+            yield at(env, max(self.clock, env.now))  # exactly the clock (timeouts can miss an ulp)
             apply()
 
     def _drop_partial(self) -> bool:
