@@ -8,7 +8,7 @@ default 5), from the repository root:
 - `python -c "import simserve"`;
 - `simserve --help` (`python -m simserve --help`, or the console script given with --exe);
 - `simserve run` of issue 14's point: vllm, Llama-3.1-8B on 1x H100, the first 2,000
-  Azure-Conversation requests at 4 req/s (experiments/quickstart.yaml with the trace and
+  Azure-Conversation requests at 4 req/s (quickstart with the trace and
   rate overridden, --no-save -q): imports, profile loading, trace reading, the simulation,
   metrics and the table.
 The machine's load average is printed with the table; under load, compare CPU seconds.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-POINT = ["run", "experiments/quickstart.yaml", "--set", "workload.trace=azure-conv",
+POINT = ["run", "quickstart", "--set", "workload.trace=azure-conv",
          "--set", "workload.rates=[4]", "--no-save", "-q"]
 
 

@@ -3,7 +3,7 @@
     import simserve
     r = simserve.simulate("vllm", model="llama-3.1-8b", gpu="h100-sxm", rate=4.0)
     r.summary["p99_ttft_ms"], r.requests.head()
-    df = simserve.run_experiment("experiments/quickstart.yaml")
+    df = simserve.run_experiment("quickstart")
 
 `import simserve` imports nothing else: every public name below is loaded on first use
 (module `__getattr__`), so the command line and `import simserve` start in milliseconds.
