@@ -72,8 +72,10 @@ IDEAL = EngineHost("ideal")
 
 def engine_host(profile, engine: str, version: str | None = None) -> EngineHost | None:
     """The host path of `engine` on this GPU profile. `ideal` → none; `vllm` → the profile's
-    measured `vllm-<version>` entry, or its nearest measured version. Returns None when the
-    profile measured no engine (the caller keeps the profile's generic overheads)."""
+    measured `vllm-<version>` entry, else its newest measured vLLM version (a baseline pinned
+    to an older vLLM, e.g. ConfluxServe's 0.15.1, gets 0.22.1's host path: the only one
+    measured). Returns None for `generic`, or when the profile measured no engine (the
+    caller keeps the profile's generic overheads)."""
     if engine == "ideal":
         return IDEAL
     if engine == "generic":
@@ -84,7 +86,9 @@ def engine_host(profile, engine: str, version: str | None = None) -> EngineHost 
     if not table:
         return None
     want = f"{engine}-{version}" if version else DEFAULT_VERSION[engine]
-    name = want if want in table else sorted(k for k in table if k.startswith(engine + "-"))[-1]
+    name = want if want in table else max(
+        (k for k in table if k.startswith(engine + "-")),
+        key=lambda k: tuple(int(x) for x in k.split("-", 1)[1].split(".") if x.isdigit()))
     m = table[name]
     g = m.get("gpu_in_situ") or {}
     return EngineHost(name=name, async_scheduling=bool(m.get("async_scheduling", True)),

@@ -55,6 +55,14 @@ def _new_blocks(room: list[int], k: int, bs: int) -> int:
 
 
 
+def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
+    """The batch (ids, tokens) with the requests admitted this step appended."""
+    if not new_ids:
+        return ids, n
+    return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
+            np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+
+
 class ChunkedEngine:
     """One engine over a TP group. Subclasses implement `_schedule_running` and
     `_admission_blocks`; parameters are in `vllm_engine_config.py`, replicas in `replicas.py`."""
@@ -337,10 +345,7 @@ class ChunkedEngine:
             new_ids.append(r)
             new_n.append(k)
             left -= k
-        if not new_ids:
-            return ids, n
-        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
-                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+        return _appended(ids, n, new_ids, new_n)
 
     def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
         """Would `_admit` take the head of the queue with this many running and free blocks?
@@ -460,10 +465,7 @@ class ChunkedEngine:
             new_ids.append(r)
             new_n.append(k)
             left -= k
-        if not new_ids:
-            return ids, n
-        return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
-                np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+        return _appended(ids, n, new_ids, new_n)
 
     def _head_admissible_cached(self, r: int, left: int, free_blocks: int) -> bool:
         # Blocks to admit r = new blocks for its first chunk + cached hits now in the free

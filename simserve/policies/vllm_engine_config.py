@@ -33,7 +33,9 @@ class ChunkedConfig:
     # `graph_max_tokens` (vLLM's default capture sizes end at 512). The validation replay
     # sets it to cover every batch, as its executor graphs every iteration.
     graph_max_tokens: int | None = None
-    mixed_attention: str = "split"  # or "varlen": one FA2 varlen call over prefill + decodes
+    # or "varlen": one FA2 varlen call over prefill + decodes; with engine: vllm on a profile
+    # that timed vLLM's kernels, vLLM's own varlen call is used whatever this says
+    mixed_attention: str = "split"
     vllm_version: str = "0.22.1"
     activation_reserve_gib: float | None = None
     num_gpu_blocks_override: int | None = None

@@ -193,12 +193,16 @@ def _sp_fit(a) -> int:
     return 0
 
 
+def _runs_root(root: str) -> None:
+    if not os.path.isdir(root):
+        raise SimserveError(f"--root {root}: no such folder of real-vLLM runs")
+
+
 def _serve(a) -> int:
     """Measure real vLLM serving (on a GPU machine with the payload), or re-score stored runs."""
     if a.score:
         from simserve.realcheck import serve_score
-        if not os.path.isdir(a.root):
-            raise SimserveError(f"--root {a.root}: no such folder of real-vLLM runs")
+        _runs_root(a.root)
         return serve_score.main(["--root", a.root, "--engine", a.engine])
     _need_torch("serve")
     if not a.out:
@@ -212,8 +216,7 @@ def _serve(a) -> int:
 def _engine(a) -> int:
     """Fit vLLM's host path (step overhead, front end, its kernels' factor) from stored probes."""
     from simserve.realcheck import host_fit
-    if not os.path.isdir(a.root):
-        raise SimserveError(f"--root {a.root}: no such folder of real-vLLM runs")
+    _runs_root(a.root)
     return host_fit.main(["--root", a.root] + (["--frontend"] if a.frontend else []))
 
 
