@@ -86,7 +86,7 @@ def setup(step, st) -> None:
     # the probe, importable without simserve's own imports, loaded in every process
     ps = os.path.join(ROOT, "probe_site")
     os.makedirs(ps, exist_ok=True)
-    shutil.copy(os.path.join(REPO, "simserve", "validate", "vllm_probe.py"),
+    shutil.copy(os.path.join(REPO, "simserve", "realcheck", "vllm_probe.py"),
                 os.path.join(ps, "simserve_vllm_probe.py"))
     with open(os.path.join(ps, "sitecustomize.py"), "w") as f:
         f.write("import simserve_vllm_probe\nsimserve_vllm_probe.install()\n")
