@@ -211,7 +211,7 @@ def estimate_s(step: dict) -> float:
         if pl.get("max_concurrency"):   # waves of `max_concurrency` requests, ~10 ms a token
             closed = sum(r["o"] for r in pl["requests"]) * 0.010 / pl["max_concurrency"]
         return last + closed + 12.0 + 0.02 * len(pl["requests"])
-    return {"setup": 60, "kernels": step.get("budget_s", 150) + 30, "server": 260,
+    return {"setup": 60, "kernels": step.get("budget_s", 150) + 30, "server": 180,
             "stop": 20}[step["do"]]
 
 

@@ -129,7 +129,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     plans = (model_plans("llama-3.1-8b", a.trace_dir, 131072, True)
-             + model_plans("qwen3-14b", a.trace_dir, 40960, False) + short_plans("llama-3.1-8b"))
+             + model_plans("qwen3-14b", a.trace_dir, 40960, False)
+             + short_plans("llama-3.1-8b") + short_plans("qwen3-14b"))
     for pl in plans:
         with open(os.path.join(a.out, pl["name"] + ".json"), "w") as f:
             json.dump(pl, f, separators=(",", ":"))
