@@ -29,6 +29,7 @@ schedule work on plain ints: numpy's per-call cost exceeds the arithmetic there.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import deque
 
 import numpy as np
@@ -102,6 +103,8 @@ class ChunkedEngine:
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
         try:
             host = engine_host(hw.gpu, cfg.engine, cfg.vllm_version)
+            if host is not None and cfg.async_scheduling is not None and not host.ideal:
+                host = dataclasses.replace(host, async_scheduling=cfg.async_scheduling)
             self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
                                      table_tokens=max(self.budget, self.max_seqs),
                                      mixed_attention=cfg.mixed_attention,
@@ -112,6 +115,14 @@ class ChunkedEngine:
             self.cost = ctx.gpu_cost_hook(self.cost)
         # the API-server front end (admission and token delivery contend for one CPU)
         self.frontend = host.make_frontend() if host is not None else None
+        # Under async scheduling vLLM schedules step m while step m-1 runs on the GPU (its
+        # batch queue holds two steps), so a request reaching the engine core after step
+        # m-1 started waits for step m+1: `_cutoff` is the latest engine arrival a step may
+        # admit (vllm/v1/engine/core.py `step_with_batch_queue`).
+        self._async = host is not None and not host.ideal and host.async_scheduling
+        self._reached: dict[int, float] = {}  # rid -> when it reached the engine (async only)
+        self._cutoff = float("inf")
+        self._prev_start = self._prev_end = -1.0
         self._admitting: deque[float] = deque()  # admission completions not yet reached
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
@@ -141,6 +152,8 @@ class ChunkedEngine:
 
     def _arrive(self, rid: int) -> None:
         self.waiting.append(rid)
+        if self._async:
+            self._reached[rid] = self.ctx.env.now
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -189,12 +202,21 @@ class ChunkedEngine:
                 if k:
                     yield env.timeout(max(0.0, self.clock - env.now))
                     continue
+            if self._async:  # back to back: this step was scheduled when the last began
+                self._cutoff = self._prev_start if self._prev_end == self.clock else self.clock
             ids, n = self._schedule()
+            if len(ids) == 0 and self._cutoff < self.clock:
+                # nothing else was schedulable, so the engine core blocked on the last step
+                # and scheduled this one when it ended
+                self._cutoff = self.clock
+                ids, n = self._schedule()
             if len(ids) == 0:
                 raise RuntimeError(f"engine {self.index}: nothing schedulable with "
                                    f"{len(self.waiting)} waiting; KV pool too small?")
             shape, sample = self._shape(ids, n)
+            self._prev_start = self.clock
             self.clock += self.cost.step_s(shape)
+            self._prev_end = self.clock
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
             yield env.timeout(max(0.0, self.clock - env.now))
@@ -312,6 +334,7 @@ class ChunkedEngine:
         k = len(ends)
         if k < 2:
             return 0
+        self._prev_start, self._prev_end = ends[k - 2], ends[k - 1]
         nb = _new_blocks(room, k, bs)
         if nb:
             self.pool.allocate(nb)
@@ -335,12 +358,15 @@ class ChunkedEngine:
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
+            if self._async and self._reached.get(r, -1.0) > self._cutoff:
+                break  # reached the engine after this step was scheduled
             k = min(int(t.num_tokens[r] - t.computed[r]), left)
             nb = self._admission_blocks(r, k)
             if not self.pool.can_allocate(nb):
                 break
             self._grow(r, nb)
             self.waiting.popleft()
+            self._reached.pop(r, None)
             self.running.append(r)
             new_ids.append(r)
             new_n.append(k)
@@ -449,6 +475,8 @@ class ChunkedEngine:
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
+            if self._async and self._reached.get(r, -1.0) > self._cutoff:
+                break  # reached the engine after this step was scheduled
             hashes, h, p, e = self._lookup(r)
             hit = (h + p) * bs
             k = min(int(t.num_tokens[r]) - hit, left)
@@ -461,6 +489,7 @@ class ChunkedEngine:
             self._grow(r, nb)
             self._cache_upto(r, hit + k)
             self.waiting.popleft()
+            self._reached.pop(r, None)
             self.running.append(r)
             new_ids.append(r)
             new_n.append(k)
