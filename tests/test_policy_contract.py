@@ -22,7 +22,8 @@ from simserve.errors import ConfigError
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies import builtin_policies, get_policy, policy_names, register
-from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
+from simserve.policies.base import (Deployment, Engine, EngineBase, KvPool, cost_model, deploy,
+                                    kv_blocks)
 from simserve.policies.signal import Signal
 from simserve.run import simulate_point
 from simserve.sim.kv import BlockPool
@@ -88,6 +89,28 @@ def test_every_policy_executes_through_the_gpu_cost_hook(name, built_models):
     # and no engine executes on a model that bypassed the hook
     assert hooked and all(any(m is h for h in hooked) for m in built_models), \
         f"{name}: cost models built without ctx.gpu_cost_hook"
+
+
+@pytest.mark.parametrize("name", sorted(builtin_policies()))
+def test_every_policy_deploys_engines_that_meet_the_protocols(name):
+    import simpy
+
+    from simserve.policies import make_config
+    from simserve.sim.cluster import Cluster
+    from simserve.sim.context import ArrivalSource, Recorder, SimContext
+    from simserve.sim.requests import RequestTable
+    hw = resolve_hardware(_hardware(name))
+    env = simpy.Environment()
+    table = RequestTable(WL)
+    ctx = SimContext(env, get_model(MODEL), hw,
+                     Cluster.build(env, hw.gpu, hw.num_gpus, hw.pcie, hw.nvlink), table,
+                     ArrivalSource(env, table.arrival), Recorder(), np.random.default_rng(0))
+    dep = get_policy(name)[1](ctx, make_config(name, {}))
+    assert isinstance(dep, Deployment) and dep.engines and callable(dep.on_arrival)
+    assert all(isinstance(e, Engine) for e in dep.engines)
+    assert all(isinstance(p, KvPool) for p in dep.kv_pools)
+    assert [p for e in dep.engines for p in e.kv_pools()] == list(dep.kv_pools)
+    assert not ctx.stats, "policies report through the Deployment, not ctx.stats"
 
 
 def test_builtin_names_are_exactly_the_registered_builtins():
