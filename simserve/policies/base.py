@@ -122,13 +122,25 @@ class EngineBase:
 
 @dataclass
 class Deployment:
-    """What `build(ctx, cfg)` returns; made by `deploy`."""
+    """What `build(ctx, cfg)` returns (made by `deploy`) and all the runner reads of a policy.
 
-    engines: Sequence[Engine]            # every engine, processes started, in start order
-    on_arrival: Callable[[int], None]    # the router: called with each arriving request id
-    kv_pools: Sequence[KvPool]           # pools reported per entry (peak, end use, capacity)
-    engine_stats: list[dict]             # `stats["engines"]`: one dict per engine or rank
-    stats: dict = field(default_factory=dict)  # policy-specific entries merged into stats
+    - `engines`: every engine, its process started, in start order; the runner sums their
+      `counters()` into `stats["counters"]`, their `prefill_tokens` into
+      `stats["prefill_tokens_computed"]` and lists their `prefix_cache_stats()`.
+    - `on_arrival(rid)`: the router; the arrival source calls it with each request id.
+    - `kv_pools`: the pools reported, in order: `stats["peak_kv_blocks"]`,
+      `["kv_blocks_in_use_at_end"]`, `["kv_capacity_blocks"]` hold one entry per pool.
+    - `engine_stats`: `stats["engines"]`, one dict per engine (or per rank) saying how its
+      KV budget and options came out.
+    - `stats`: policy-specific entries merged into the result's stats (e.g. `stats["neo"]`);
+      live objects are fine, they are read when the run has ended.
+    """
+
+    engines: Sequence[Engine]
+    on_arrival: Callable[[int], None]
+    kv_pools: Sequence[KvPool]
+    engine_stats: list[dict]
+    stats: dict = field(default_factory=dict)
 
 
 def kv_blocks(ctx: SimContext, where: str, tp: int, utilization: float, block_size: int,
@@ -192,7 +204,7 @@ def deploy(ctx: SimContext, kind: str, engines: Sequence[Engine], *,
            engine_stats: list[dict] | None = None,
            stats: dict | None = None,
            also_run: Sequence[Generator] = ()) -> Deployment:
-    """Steps 4–5: check fits, start the engines, build the router.
+    """Step 4: check fits, start the engines, build the router.
 
     `routes_to`: the engines arrivals go to (default: all). `route_key(engine)`: the router
     sends an arrival to the engine with the least key, the first (lowest index) on ties
