@@ -37,11 +37,11 @@ import numpy as np
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.cost.host import engine_host
 from simserve.errors import ConfigError
+from simserve.policies.base import EngineBase, cost_model, kv_blocks
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
 from simserve.sim.leap import largest_k, leap_ends
-from simserve.kv_budget import gpu_kv_budget
 from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
@@ -64,9 +64,10 @@ def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
 
 
-class ChunkedEngine:
+class ChunkedEngine(EngineBase):
     """One engine over a TP group. Subclasses implement `_schedule_running` and
-    `_admission_blocks`; parameters are in `vllm_engine_config.py`, replicas in `replicas.py`."""
+    `_admission_blocks`; parameters are in `vllm_engine_config.py`, replicas in `replicas.py`;
+    the members the runner reads are `policies/base.py`'s `Replica`."""
 
     kind = "vllm"
     prefix_caching_default: bool | None = None  # None: vLLM's default for `vllm_version`
@@ -77,14 +78,11 @@ class ChunkedEngine:
         r = cfg.resolve(float(hw.gpu.spec["memory_gib"]), hw.gpu.name)
         self.budget = r["max_num_batched_tokens"]
         self.max_seqs = r["max_num_seqs"]
-        kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, cfg.tp, r["gpu_memory_utilization"],
-                           cfg.block_size, self.budget, self.max_seqs,
-                           activation_reserve_gib=cfg.activation_reserve_gib,
-                           cuda_graphs=cfg.cuda_graphs, graphs_counted=r["graphs_counted"])
-        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
-        if blocks < 1:
-            raise ConfigError(f"policy {self.kind}: no memory left for KV on {hw.gpu.name} at TP"
-                              f"{cfg.tp} ({kv.summary()}); use a larger TP degree or GPU")
+        blocks, kv = kv_blocks(ctx, f"policy {self.kind}", cfg.tp, r["gpu_memory_utilization"],
+                               cfg.block_size, self.budget, self.max_seqs,
+                               cfg.num_gpu_blocks_override, "use a larger TP degree or GPU",
+                               activation_reserve_gib=cfg.activation_reserve_gib,
+                               cuda_graphs=cfg.cuda_graphs, graphs_counted=r["graphs_counted"])
         pc = cfg.enable_prefix_caching
         if pc is None:
             pc = (r["enable_prefix_caching"] if self.prefix_caching_default is None
@@ -105,14 +103,12 @@ class ChunkedEngine:
             host = engine_host(hw.gpu, cfg.engine, cfg.vllm_version)
             if host is not None and cfg.async_scheduling is not None and not host.ideal:
                 host = dataclasses.replace(host, async_scheduling=cfg.async_scheduling)
-            self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
-                                     table_tokens=max(self.budget, self.max_seqs),
-                                     mixed_attention=cfg.mixed_attention,
-                                     graph_max_tokens=cfg.graph_max_tokens, host=host)
         except ValueError as exc:
             raise ConfigError(f"policy {self.kind}: {exc}") from None
-        if ctx.gpu_cost_hook is not None:  # e.g. the validation replay's real executor
-            self.cost = ctx.gpu_cost_hook(self.cost)
+        self.cost = cost_model(ctx, lambda: GpuCostModel(
+            ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
+            table_tokens=max(self.budget, self.max_seqs), mixed_attention=cfg.mixed_attention,
+            graph_max_tokens=cfg.graph_max_tokens, host=host), f"policy {self.kind}")
         # the API-server front end (admission and token delivery contend for one CPU)
         self.frontend = host.make_frontend() if host is not None else None
         # Under async scheduling vLLM schedules step m while step m-1 runs on the GPU (its
