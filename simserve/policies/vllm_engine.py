@@ -40,6 +40,7 @@ from simserve.errors import ConfigError
 from simserve.policies.base import EngineBase, cost_model, kv_blocks
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.sim.context import SimContext
+from simserve.sim.clock import at
 from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
 from simserve.sim.leap import largest_k, leap_ends
 from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
@@ -120,6 +121,7 @@ class ChunkedEngine(EngineBase):
         self._cutoff = float("inf")
         self._prev_start = self._prev_end = -1.0
         self._admitting: deque[float] = deque()  # admission completions not yet reached
+        self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.clock = 0.0
@@ -132,18 +134,35 @@ class ChunkedEngine(EngineBase):
         return len(self.running) + len(self.waiting)
 
     def enqueue(self, rid: int) -> None:
-        if self.frontend is not None:
-            env = self.ctx.env
-            done = self.frontend.admit(env.now, int(self.ctx.table.prompt[rid]))
-            if done > env.now:
-                self._admitting.append(done)
-                env.process(self._admit_at(rid, done))
-                return
-        self._arrive(rid)
+        fe = self.frontend
+        if fe is None:
+            self._arrive(rid)
+            return
+        fe.admit(self.ctx.env.now, int(self.ctx.table.prompt[rid]))
+        self._in_frontend.append(rid)
+        if len(self._in_frontend) == 1:
+            self.ctx.env.process(self._front_end())
+
+    def _front_end(self):
+        """Hands requests to the engine as the front end finishes their admission work (its
+        completion moves later while output work runs ahead of it: wake, look again)."""
+        env, fe, q = self.ctx.env, self.frontend, self._in_frontend
+        while q:
+            if fe.head_done > env.now:
+                yield at(env, fe.head_done)
+                continue
+            fe.pop(env.now)
+            rid = q.popleft()
+            t = env.now + fe.in_delay_s
+            if t > env.now:
+                self._admitting.append(t)
+                env.process(self._admit_at(rid, t))
+            else:
+                self._arrive(rid)
 
     def _admit_at(self, rid: int, t: float):
-        yield self.ctx.env.timeout(t - self.ctx.env.now)
-        self._admitting.popleft()  # FIFO front end: completions come in order
+        yield at(self.ctx.env, t)
+        self._admitting.popleft()  # a constant delay keeps completions in order
         self._arrive(rid)
 
     def _arrive(self, rid: int) -> None:
@@ -156,7 +175,11 @@ class ChunkedEngine(EngineBase):
     def _next_arrival_s(self) -> float:
         """The next time a request can reach this engine (bounds event leaps)."""
         nxt = self.ctx.source.next_arrival_s
-        return min(nxt, self._admitting[0]) if self._admitting else nxt
+        if self._admitting:
+            nxt = min(nxt, self._admitting[0])
+        if self._in_frontend:
+            nxt = min(nxt, self.frontend.head_done + self.frontend.in_delay_s)
+        return nxt
 
     def _delivered(self, t: float, n: int) -> float:
         """When the client receives the `n` tokens this engine sampled at `t`."""
@@ -325,8 +348,12 @@ class ChunkedEngine(EngineBase):
         self._step_hint = (ends[-1] - clock) / len(ends)
         if self.frontend is not None:
             # the front end serves work in time order: a leap may only submit the output work
-            # of steps that end before the next arrival submits its admission work
-            ends = ends[:bisect.bisect_left(ends, self.ctx.source.next_arrival_s)]
+            # of steps that end before the next arrival submits its admission work and before
+            # the admission in service completes (its successor starts then)
+            cut = self.ctx.source.next_arrival_s
+            if self._in_frontend:
+                cut = min(cut, self.frontend.head_done)
+            ends = ends[:bisect.bisect_left(ends, cut)]
         k = len(ends)
         if k < 2:
             return 0

@@ -40,12 +40,15 @@ class ChunkedConfig:
     activation_reserve_gib: float | None = None
     num_gpu_blocks_override: int | None = None
     leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
-    # the engine's host path (simserve/cost/host.py): "vllm" = vLLM's own, measured on the
-    # profile's GPU (async scheduling overlap, API-server front end, its kernels' in-situ
-    # factor); "ideal" = none (GPU forwards back to back, no front end); "generic" = the
-    # profile's generic per-iteration overheads added to each forward (what every policy
-    # without a measured engine pays, and what the real-executor replay compares against)
-    engine: str = "vllm"
+    # the engine's host path (simserve/cost/host.py): "vllm" = vLLM's own (async scheduling
+    # overlap, API-server front end, its kernels and their in-situ factor), measured on the
+    # H200 and carried over to derived profiles; "ideal" = none (GPU forwards back to back,
+    # no front end); "generic" = the profile's generic per-iteration overheads added to each
+    # forward (what every policy without a measured engine pays, and what the real-executor
+    # replay compares against); None (default) = "vllm" where it was measured on this very
+    # GPU (h200-sxm), "generic" elsewhere, so paper comparisons on derived GPUs price every
+    # design alike
+    engine: str | None = None
     # vLLM's automatic prefix caching (sim/kv.py PrefixCachingBlockPool); None = the default
     # of `vllm_version` (on from v0.8, the V1 engine) for vllm/chunked, off for sarathi
     enable_prefix_caching: bool | None = None
@@ -56,7 +59,7 @@ class ChunkedConfig:
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
-        if self.engine not in ("vllm", "ideal", "generic"):
+        if self.engine not in (None, "vllm", "ideal", "generic"):
             raise ValueError(f"engine: expected 'vllm', 'ideal' or 'generic', got {self.engine!r}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override",
                      "graph_max_tokens"):
