@@ -38,7 +38,7 @@ class DualPaceConfig:
     hard_token_limit: int = 8192
     # Whether prefills are chunked is not stated. NEO (the code base DualPace compares with and
     # whose Prefill-to-CPU it follows) runs whole prompts, with the profiled limit as a soft cap:
-    # the first prompt of a round is always admitted (policies.md §10).
+    # the first prompt of a round is always admitted (a judgement call: the paper does not say).
     chunked_prefill: bool = False
     max_num_seqs: int | None = None   # GPU row limit; None: vLLM 0.22.1's default for the GPU
     # share of the GPU's HBM for weights, activations and KV, as the vLLM 0.22.1 baseline

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class NeoConfig:
     # Budget of one iteration: rows (requests) and tokens (a prefill counts its whole prompt,
-    # a decode 1). NEO's evaluation config for the 24 GB A10 (`evaluation/configs/
-    # config-a10-8b.json`, §1.1): max_num_seqs 1024, max_num_batched_tokens 20480.
+    # a decode 1). NEO's evaluation config for the 24 GB A10
+    # (`evaluation/configs/config-a10-8b.json`): max_num_seqs 1024, max_num_batched_tokens 20480.
     # (NEO's CLI defaults are 512 / 3072.) Prompts are never chunked, so every prompt must fit.
     max_batch_size: int = 1024
     max_tokens_in_batch: int = 20480   # token budget of an iteration; every prompt must fit it
@@ -17,7 +17,7 @@ class NeoConfig:
     # and DualPace's main setting (Fig. 11b compares 30 / 60 / 120 / 240 GiB).
     host_kv_gib: float = 120.0
     # GPU KV pool: (HBM × gpu_mem_util − weights − peak of a max-token prefill) / block bytes,
-    # NEO's profiler (`profile_num_blocks`, default util 0.99, §1.1). Overrides for tests/sweeps.
+    # NEO's profiler (`profile_num_blocks`, default util 0.99). Overrides for tests/sweeps.
     gpu_memory_utilization: float = 0.99
     # GiB held back for a max-token prefill's activations before the GPU KV pool is sized;
     # None: estimated from the model's shapes
@@ -26,7 +26,7 @@ class NeoConfig:
     num_cpu_blocks_override: int | None = None     # host KV blocks, replacing host_kv_gib's
     block_size: int = 16                            # NEO's block size (A10 config)
     # Swap-in only while the GPU decodes' blocks stay under this share of the GPU pool
-    # (`swap_in_thr = round(0.95·num_gpu_blocks)` in NEO's scheduler, §1.2).
+    # (`swap_in_thr = round(0.95·num_gpu_blocks)` in NEO's scheduler).
     swap_in_ratio: float = 0.95
     # NEO's predictor constants (`perfpredictor.py`): the CPU-side launch time added to every
     # sub-batch that holds CPU decodes (0.8 ms, per layer), and the token width under which no
