@@ -13,15 +13,18 @@ def _wrap(text: str, indent: str) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from simserve.policy_reference import all_policy_docs, markdown
-    docs = all_policy_docs()
     if args.markdown:
-        print(markdown(docs), end="")
+        from simserve.policy_reference import markdown
+        print(markdown(), end="")
         return 0
-    w = max(len(d.name) for d in docs) + 2
-    for d in docs:
-        print(_wrap(d.summary, " " * w).replace(" " * w, d.name.ljust(w), 1))
-        print(_wrap(f"source: {d.source}", " " * w))
+    from simserve.policies import policy_names
+    from simserve.policy_reference import policy_summary  # no policy module imported
+    names = policy_names()
+    w = max(map(len, names)) + 2
+    for name in names:
+        summary, source = policy_summary(name)
+        print(_wrap(summary, " " * w).replace(" " * w, name.ljust(w), 1))
+        print(_wrap(f"source: {source}", " " * w))
     print("\n`simserve policies show NAME` lists a policy's options.")
     return 0
 

@@ -165,10 +165,19 @@ def _module_line(build) -> str:
     return doc.strip().split("\n\n")[0].replace("\n", " ")
 
 
+def policy_summary(name: str) -> tuple[str, str]:
+    """(what it models, source) of a registered policy; its module is imported only when it has
+    no entry in SUMMARIES (then its build module's docstring speaks for it)."""
+    if name in SUMMARIES:
+        return SUMMARIES[name]
+    from simserve.policies import get_policy
+    return _module_line(get_policy(name)[1]), ""
+
+
 def policy_doc(name: str) -> PolicyDoc:
     from simserve.policies import get_policy
-    cls, build = get_policy(name)
-    summary, source = SUMMARIES.get(name, (_module_line(build), ""))
+    cls, _ = get_policy(name)
+    summary, source = policy_summary(name)
     return PolicyDoc(name, summary, source, f"{cls.__module__}.{cls.__qualname__}",
                      config_options(cls))
 

@@ -4,6 +4,7 @@ assigns each comment to the right field, and `simserve policies` answers bad nam
 from __future__ import annotations
 
 import dataclasses
+import json
 import importlib.util
 import subprocess
 import sys
@@ -116,3 +117,14 @@ def test_unknown_policy_is_one_line_with_a_suggestion():
 def test_markdown_command_prints_the_reference(capsys, argv):
     assert cli.main(argv) == 0
     assert capsys.readouterr().out == markdown()
+
+
+def test_listing_imports_no_policy_module():
+    """`simserve policies` answers from the names and summaries alone (fast, like --help)."""
+    code = ("import sys, json\nfrom simserve import cli\ncli.main(['policies'])\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"}, check=True)
+    mods = set(json.loads(r.stdout.strip().splitlines()[-1]))
+    loaded = {m for m in mods if m.startswith("simserve.policies.")}
+    assert not loaded and not {"numpy", "scipy"} & mods, loaded
