@@ -45,7 +45,8 @@ def _show(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("policies", help="serving policies: list, show NAME (every option)")
     p.add_argument("--markdown", action="store_true",
-                   help="print the whole reference as Markdown (docs/policies.md)")
+                   help="print the reference of the built-in policies as Markdown "
+                   "(docs/policies.md)")
     p.set_defaults(handler=_list)
     s = p.add_subparsers(dest="policies_cmd", metavar="ACTION")
     a = s.add_parser("list", help="each policy in one line, with its paper or source")

@@ -9,7 +9,9 @@ An option's documentation is the comments written beside its field, read with `a
 - comment lines directly below it that start further right than the field (continuations of
   that trailing comment).
 A field a subclass redeclares without a comment keeps its base class's documentation.
-Policies are found only through `simserve.policies.policy_names()` and `get_policy(name)`."""
+Policies are found through `simserve.policies` (`policy_names`, `builtin_policies`,
+`get_policy`); `docs/policies.md` documents the built-in ones only, so it does not depend on the
+packages installed beside simserve."""
 from __future__ import annotations
 
 import ast
@@ -23,8 +25,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-# name -> (what it models, in one line; where it comes from). tests/test_policy_reference.py
-# checks it names exactly the registered policies, so a new policy must say what it is here.
+# built-in policy -> (what it models, in one line; where it comes from).
+# tests/test_policy_reference.py checks it names exactly the built-in policies, so a new one
+# must say what it is here; a third-party policy is described by its module's docstring.
 SUMMARIES = {
     "vllm": ("vLLM V1 scheduler: running requests first, then waiting FCFS; chunked prefill "
              "under a token budget; recompute preemption of the newest request",
@@ -171,7 +174,8 @@ def policy_summary(name: str) -> tuple[str, str]:
     if name in SUMMARIES:
         return SUMMARIES[name]
     from simserve.policies import get_policy
-    return _module_line(get_policy(name)[1]), ""
+    build = get_policy(name)[1]
+    return _module_line(build), f"`{build.__module__}` (not built in)"
 
 
 def policy_doc(name: str) -> PolicyDoc:
@@ -182,9 +186,12 @@ def policy_doc(name: str) -> PolicyDoc:
                      config_options(cls))
 
 
-def all_policy_docs() -> list[PolicyDoc]:
-    from simserve.policies import policy_names
-    return [policy_doc(n) for n in policy_names()]
+def all_policy_docs(builtin_only: bool = False) -> list[PolicyDoc]:
+    """Every policy that can be named (built-ins, entry points, run-time registrations), or the
+    built-in ones only."""
+    from simserve.policies import builtin_policies, policy_names
+    names = sorted(builtin_policies()) if builtin_only else policy_names()
+    return [policy_doc(n) for n in names]
 
 
 def _cell(s: str) -> str:
@@ -192,8 +199,8 @@ def _cell(s: str) -> str:
 
 
 def markdown(docs: list[PolicyDoc] | None = None) -> str:
-    """docs/policies.md: an index of the policies, then each one's options."""
-    docs = all_policy_docs() if docs is None else docs
+    """docs/policies.md: an index of the built-in policies, then each one's options."""
+    docs = all_policy_docs(builtin_only=True) if docs is None else docs
     out = ["# Policy reference", "",
            "Generated from the policies' config dataclasses by `simserve policies --markdown "
            "> docs/policies.md`;",

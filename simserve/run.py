@@ -57,7 +57,8 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     ctx = SimContext(env=env, model=model, hardware=hardware, cluster=cluster, table=table,
                      source=source, recorder=Recorder(), rng=np.random.default_rng(seed),
                      gpu_cost_hook=gpu_cost_hook)
-    source.handler = build(ctx, cfg)
+    dep = build(ctx, cfg)  # a policies.base.Deployment: engines started, router, stats
+    source.handler = dep.on_arrival
     env.process(source.run())
     bar = _progress_bar(progress, table.n, policy)
     if bar is not None:
@@ -68,8 +69,10 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         if bar is not None and progress is True:
             bar.close()
     rec = ctx.recorder
-    engines = ctx.stats.pop("_engines", [])
     stats = dict(ctx.stats)
+    stats["engines"] = dep.engine_stats
+    stats.update(dep.stats)
+    pools = dep.kv_pools
     stats.update(
         wall_s=time.perf_counter() - wall0,
         sim_end_s=float(env.now),
@@ -77,15 +80,15 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         num_iterations_stepped=rec.num_steps_scheduled,
         num_preemptions=int(table.preemptions.sum()),
         num_finished=table.num_finished,
-        peak_kv_blocks=[e.pool.peak_used for e in engines],
-        kv_blocks_in_use_at_end=[e.pool.num_used for e in engines],
-        kv_capacity_blocks=[e.pool.num_blocks for e in engines],
+        peak_kv_blocks=[p.peak_used for p in pools],
+        kv_blocks_in_use_at_end=[p.num_used for p in pools],
+        kv_capacity_blocks=[p.num_blocks for p in pools],
+        counters=engine_counters(dep.engines),
     )
-    pts = [e.prefill_tokens for e in engines if hasattr(e, "prefill_tokens")]
+    pts = [e.prefill_tokens for e in dep.engines if e.prefill_tokens is not None]
     if pts:
         stats["prefill_tokens_computed"] = int(sum(pts))
-    pcs = [s for e in engines if hasattr(e, "prefix_cache_stats")
-           for s in [e.prefix_cache_stats()] if s is not None]
+    pcs = [s for e in dep.engines for s in [e.prefix_cache_stats()] if s is not None]
     if pcs:
         from simserve.sim.prefix_cache import summarize_prefix_cache
         stats["prefix_cache"] = pcs
@@ -97,6 +100,15 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         table.retire(table.n)
         return SimResult(None, rec, stats)
     return SimResult(table.records(), rec, stats)
+
+
+def engine_counters(engines) -> dict:
+    """Every engine's `counters()` summed per key (keys in first-seen order)."""
+    out: dict = {}
+    for e in engines:
+        for k, v in e.counters().items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _progress_bar(progress, n: int, desc: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from simserve import cli
-from simserve.policies import get_policy, policy_names
+from simserve.policies import builtin_policies, get_policy, policy_names
 from simserve.policy_reference import SUMMARIES, all_policy_docs, config_options, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,14 +27,15 @@ def test_committed_reference_is_the_generated_one():
 
 
 def test_every_option_of_every_policy_is_documented():
-    undocumented = [f"{d.name}.{o.name}" for d in all_policy_docs() for o in d.options
+    undocumented = [f"{d.name}.{o.name}" for d in all_policy_docs(builtin_only=True)
+                    for o in d.options
                     if len(o.doc.split()) < 3]
     assert not undocumented, f"options without a description in their config source: {undocumented}"
 
 
-def test_every_registered_policy_has_a_summary_and_every_field_is_listed():
-    assert set(SUMMARIES) == set(policy_names())
-    for d in all_policy_docs():
+def test_every_builtin_policy_has_a_summary_and_every_field_is_listed():
+    assert set(SUMMARIES) == set(builtin_policies())
+    for d in all_policy_docs(builtin_only=True):
         cls, _ = get_policy(d.name)
         assert [o.name for o in d.options] == [f.name for f in dataclasses.fields(cls)]
         assert d.summary and d.source
@@ -128,3 +129,28 @@ def test_listing_imports_no_policy_module():
     mods = set(json.loads(r.stdout.strip().splitlines()[-1]))
     loaded = {m for m in mods if m.startswith("simserve.policies.")}
     assert not loaded and not {"numpy", "scipy"} & mods, loaded
+
+
+def test_a_policy_registered_at_run_time_is_listed_but_not_in_the_reference(capsys):
+    """The committed reference must not depend on what else is installed or registered."""
+    from dataclasses import dataclass
+
+    from simserve.policies import _REGISTRY, register
+
+    @dataclass(frozen=True)
+    class ToyConfig:
+        budget: int = 8  # tokens per step of the toy
+
+    def build(ctx, cfg):  # never run here
+        raise AssertionError
+
+    register("zz-toy-doc", ToyConfig)(build)
+    try:
+        assert "zz-toy-doc" in policy_names()
+        assert "zz-toy-doc" not in markdown()
+        assert cli.main(["policies"]) == 0
+        assert "zz-toy-doc" in capsys.readouterr().out
+        assert cli.main(["policies", "show", "zz-toy-doc"]) == 0
+        assert "tokens per step of the toy" in capsys.readouterr().out
+    finally:
+        del _REGISTRY["zz-toy-doc"]

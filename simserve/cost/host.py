@@ -10,7 +10,7 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         step_per_seq_us: 15.0        #   inputs and launch, sample, update (+ per sequence)
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
-        frontend: {in_us, in_per_token_us, out_us, out_per_output_us}
+        frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
@@ -64,7 +64,8 @@ class EngineHost:
         from simserve.sim.frontend import FrontEnd
         f = self.frontend
         return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
-                        float(f["out_per_output_us"]))
+                        float(f["out_per_output_us"]), float(f.get("in_delay_us", 0.0)),
+                        float(f.get("out_delay_us", 0.0)))
 
 
 IDEAL = EngineHost("ideal")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.errors import ConfigError
+from simserve.policies.base import EngineBase
 from simserve.policies.sp_leap import flat_decodes, leap_ranks, per_rank
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
@@ -41,14 +42,10 @@ def instance_layout(num_gpus: int, instances: int, tp: int, kind: str) -> int:
     return per // tp
 
 
-class RankView:
-    """What `simulate_point` reads per engine (`.pool`): one logical rank's KV pool."""
+class SpRanksEngine(EngineBase):
+    """R logical ranks, one KV pool each (`kv_pools()`). Their counters stay in the shared
+    `counts` dict the policy reports (ConfluxServe's instances share one), not `counters()`."""
 
-    def __init__(self, pool: BlockPool):
-        self.pool = pool
-
-
-class SpRanksEngine:
     def __init__(self, ctx: SimContext, cfg, index: int, gpus: list[int], cost, est,
                  num_blocks: int):
         self.ctx, self.cfg, self.index, self.cost, self.est = ctx, cfg, index, cost, est
@@ -65,7 +62,10 @@ class SpRanksEngine:
         self.moving: list[tuple] = []                # (transfer event, rid, rank)
         self.clock = 0.0
         self._wake = None
-        self.counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0}
+        self.counts = {"num_kv_transfers": 0, "num_decode_preemptions": 0}
+
+    def kv_pools(self) -> list[BlockPool]:
+        return self.pools
 
     # -- router interface -------------------------------------------------------------------
     def queued_work(self) -> float:
@@ -128,7 +128,7 @@ class SpRanksEngine:
         self._free_shard(rid)
         t.computed[rid] = 0
         t.preemptions[rid] += 1
-        self.counters["num_prefill_restarts"] = self.counters.get("num_prefill_restarts", 0) + 1
+        self.counts["num_prefill_restarts"] = self.counts.get("num_prefill_restarts", 0) + 1
         return True
 
     def _land(self) -> None:
@@ -182,7 +182,7 @@ class SpRanksEngine:
         t.computed[rid] = 0
         t.preemptions[rid] += 1
         self.rank_of[rid] = -1
-        self.counters["num_decode_preemptions"] += 1
+        self.counts["num_decode_preemptions"] += 1
         self.pending.insert(0, rid)
 
     def _rank_max(self) -> list[int]:
@@ -210,7 +210,7 @@ class SpRanksEngine:
                  for src, dst in zip(self.rank_gpus[r], self.rank_gpus[g])]
         ev = self.ctx.env.all_of(procs) if procs else self.ctx.env.timeout(0)
         self.moving.append((ev, rid, g))
-        self.counters["num_kv_transfers"] += 1
+        self.counts["num_kv_transfers"] += 1
 
     def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
         t = self.ctx.table

@@ -68,6 +68,10 @@ class ChunkedConfig:
     # vLLM's automatic prefix caching (sim/kv.py PrefixCachingBlockPool); None = the default
     # of `vllm_version` (on from v0.8, the V1 engine) for vllm/chunked, off for sarathi
     enable_prefix_caching: bool | None = None
+    # vLLM's asynchronous scheduling (on by default since 0.12: the host prepares step n+1
+    # while the GPU runs step n; `--no-async-scheduling` adds the two); None = as the
+    # engine's measured host path says. Only read with engine: vllm.
+    async_scheduling: bool | None = None
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
@@ -82,10 +86,10 @@ class ChunkedConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching,
-                                                                     bool):
-            raise ValueError("enable_prefix_caching: expected true or false, got "
-                             f"{self.enable_prefix_caching!r}")
+        for name in ("enable_prefix_caching", "async_scheduling"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                raise ValueError(f"{name}: expected true or false, got {v!r}")
         u = self.gpu_memory_utilization
         if u is not None and not (0 < u <= 1):
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")

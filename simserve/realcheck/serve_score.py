@@ -55,7 +55,10 @@ def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
                  max_concurrency=run.max_concurrency or None)
     params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
                   max_num_seqs=meta["max_num_seqs"],
-                  num_gpu_blocks_override=meta["num_gpu_blocks"], **policy)
+                  num_gpu_blocks_override=meta["num_gpu_blocks"],
+                  enable_prefix_caching=meta["enable_prefix_caching"], **policy)
+    if engine == "vllm":   # the server's own switch (`--no-async-scheduling` runs)
+        params["async_scheduling"] = meta["async_scheduling"]
     params["engine"] = engine
     res = simulate_point(w, run.plan["model"], HardwareConfig(gpu="h200-sxm"), "vllm", **params)
     rec = res.records

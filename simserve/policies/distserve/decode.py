@@ -19,6 +19,7 @@ from collections import deque
 
 import numpy as np
 
+from simserve.policies.base import EngineBase
 from simserve.policies.distserve.prefill import make_pool
 from simserve.policies.signal import Signal, sleep_until
 from simserve.sim.leap import decode_ends
@@ -26,7 +27,7 @@ from simserve.sim.leap import decode_ends
 LEAP_CAP = 8192
 
 
-class DecodeInstance:
+class DecodeInstance(EngineBase):
     def __init__(self, ctx, cfg, index: int, gpus: list[int]):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         self.pool, self.cost, self.kv_summary = make_pool(

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simserve.policies.base import EngineBase
 from simserve.policies.dualpace.state import CPU, NONE, SharedState
 
 
-class CpuEngine:
+class CpuEngine(EngineBase):
     index = 1
 
     def __init__(self, ctx, st: SharedState, executor, batch_limit: int, token_limit: int):

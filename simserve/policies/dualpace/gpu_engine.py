@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 from simserve.cost import BatchShape
+from simserve.policies.base import EngineBase
 from simserve.policies.dualpace.copies import CopyStream
 from simserve.policies.dualpace.gpu_leap import plan_leap
 from simserve.policies.dualpace.gpu_schedule import plan_round
@@ -25,7 +26,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 DECODE_LOOKAHEAD = 64     # decode steps priced per cost-model call
 
 
-class GpuEngine:
+class GpuEngine(EngineBase):
     index = 0
 
     def __init__(self, ctx, cfg, st: SharedState, worker, cost, *, max_seqs: int,

@@ -19,35 +19,33 @@ import numpy as np
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
-from simserve.policies.replicas import start_replicas
+from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
 from simserve.sim.leap import decode_ends, steps_before
 from simserve.policies.muxwise.config import MuxWiseConfig
 from simserve.cost.smshare import SmShareCost, contention
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
-from simserve.kv_budget import gpu_kv_budget
 
 LEAP_CAP = 8192
 
 
-class MuxWiseEngine:
+class MuxWiseEngine(EngineBase):
     kind = "muxwise"
 
     def __init__(self, ctx, cfg: MuxWiseConfig, index: int, gpus: list[int]):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         hw, tp = ctx.hardware, len(gpus)
-        kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, tp, cfg.gpu_memory_utilization,
-                           cfg.block_size, cfg.prefill_max_tokens, cfg.max_num_seqs,
-                           cuda_graphs=cfg.cuda_graphs, graphs_counted=False)
-        if kv.num_blocks < 1:
-            raise ConfigError(f"policy muxwise: no memory left for KV at TP{tp} ({kv.summary()})")
-        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+        blocks, kv = kv_blocks(ctx, "policy muxwise", tp, cfg.gpu_memory_utilization,
+                               cfg.block_size, cfg.prefill_max_tokens, cfg.max_num_seqs,
+                               cfg.num_gpu_blocks_override, cuda_graphs=cfg.cuda_graphs,
+                               graphs_counted=False)
         self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks)
+        cost = cost_model(ctx, lambda: GpuCostModel(
+            ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
+            table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs)), "policy muxwise")
         try:
-            cost = GpuCostModel(ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
-                                table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs))
             self.sms = int(hw.gpu.spec["sms"])
             self.choices = cfg.decode_sm_choices(self.sms)
         except ValueError as exc:
@@ -305,4 +303,4 @@ def build(ctx, cfg: MuxWiseConfig):
     if G % tp:
         raise ConfigError(f"policy.tp: {tp} does not divide hardware.num_gpus={G}")
     engines = [MuxWiseEngine(ctx, cfg, i, list(range(i * tp, (i + 1) * tp))) for i in range(G // tp)]
-    return start_replicas(ctx, engines, "muxwise")
+    return deploy(ctx, "muxwise", engines)

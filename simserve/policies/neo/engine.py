@@ -17,6 +17,7 @@ from collections import deque
 import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
+from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
 from simserve.sim.leap import decode_ends, largest_k, steps_before
@@ -26,7 +27,7 @@ from simserve.policies.neo.scheduler import next_round
 LEAP_CAP = 8192
 
 
-class NeoEngine:
+class NeoEngine(EngineBase):
     kind = "neo"
 
     def __init__(self, ctx: SimContext, cfg, gpu_cost: GpuCostModel, pred: Predictor,
