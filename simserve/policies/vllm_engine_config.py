@@ -23,11 +23,23 @@ class ChunkedConfig:
     """Parameters of `vllm` and `sarathi`. None means "the default of `vllm_version` on this
     GPU" (resolved in `resolve`). DualPace's baseline is vLLM 0.22.1, ConfluxServe's 0.15.1."""
 
+    # token budget of one iteration (vLLM's --max-num-batched-tokens; decodes count 1 each,
+    # a prefill chunk its tokens; for sarathi the paper's chunk size); None: vLLM's API-server
+    # default, 8192 on GPUs of >= 70 GiB that are not A100, else 2048
     max_num_batched_tokens: int | None = None
+    # most requests running at once (vLLM's --max-num-seqs); None: 1024 on GPUs of >= 70 GiB
+    # that are not A100, else 256
     max_num_seqs: int | None = None
+    # share of each GPU's HBM for weights, activations, CUDA graphs and KV (the rest is never
+    # used); None: vLLM's default for `vllm_version`, 0.90 up to 0.20, 0.92 from 0.21
     gpu_memory_utilization: float | None = None
-    block_size: int = 16
+    block_size: int = 16  # tokens per KV block (vLLM's default on CUDA)
+    # tensor-parallel degree of one engine; num_gpus / tp replicas run behind a router that
+    # sends each arrival to the replica with the fewest requests
     tp: int = 1
+    # iterations of at most `graph_max_tokens` tokens are priced as one CUDA-graph replay (the
+    # profile's `graph_replay_us`), longer ones as eager launches; the KV budget also subtracts
+    # vLLM's graph memory estimate (0.3 GiB, from 0.21 on). False: every iteration eager
     cuda_graphs: bool = True
     # iterations of at most this many tokens replay a CUDA graph; None = the GPU profile's
     # `graph_max_tokens` (vLLM's default capture sizes end at 512). The validation replay
@@ -36,8 +48,15 @@ class ChunkedConfig:
     # or "varlen": one FA2 varlen call over prefill + decodes; with engine: vllm on a profile
     # that timed vLLM's kernels, vLLM's own varlen call is used whatever this says
     mixed_attention: str = "split"
+    # the vLLM release modelled: its defaults for the token budget, max_num_seqs,
+    # gpu_memory_utilization (and whether graph memory is counted) and prefix caching, and the
+    # measured host path `engine: vllm` uses (the profile's newest if this one was not measured)
     vllm_version: str = "0.22.1"
+    # GiB per GPU held back for the activations of a profiling forward pass before the KV pool
+    # is sized; None: estimated from the model's shapes at the token budget (kv_budget.py)
     activation_reserve_gib: float | None = None
+    # KV blocks per engine, replacing the computed pool (vLLM's --num-gpu-blocks-override);
+    # the validation replay sets the real server's count
     num_gpu_blocks_override: int | None = None
     leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
     # the engine's host path (simserve/cost/host.py): "vllm" = vLLM's own (async scheduling
