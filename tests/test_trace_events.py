@@ -121,3 +121,20 @@ def test_no_trace_by_default(tmp_path):
     res, _ = _simulate("vllm", tmp_path, n=10, trace=False)
     assert res.trace is None and res.recorder.trace is None
     assert not list(tmp_path.iterdir())
+
+
+def test_run_command_writes_one_trace_per_point(tmp_path, capsys):
+    from simserve.cli import main
+    base = ["run", "quickstart", "--no-save", "-q", "--set", "workload.num_requests=30"]
+    assert main([*base, "--set", "workload.rates=[4]", "--trace-events",
+                 str(tmp_path / "one.json")]) == 0
+    doc = json.loads((tmp_path / "one.json").read_text())
+    assert "engine 0" in _tracks(doc)[1]
+    assert main([*base, "--set", "workload.rates=[4,8]", "--trace-events",
+                 str(tmp_path / "t.json")]) == 0
+    assert sorted(p.name for p in tmp_path.glob("t-*.json")) == [
+        "t-vllm-4req_s-seed0.json", "t-vllm-8req_s-seed0.json"]
+    capsys.readouterr()
+    assert main([*base, "--trace-events", str(tmp_path / "missing" / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--trace-events" in err
