@@ -160,9 +160,11 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
         # Segments are drawn linear in the value, as the sustainable rate interpolates them
         # (on a log axis a plain straight segment would miss the marks).
         xd, yd = _linear_segments(c.rates[ok], y[ok])
-        ax.plot(xd, yd, "-", color=st["color"], marker=st["marker"], ms=5, lw=1.8,
-                markevery=list(np.flatnonzero(np.isin(xd, c.rates[ok]))), label=c.label,
-                zorder=3)
+        ax.plot(xd, yd, color=st["color"], marker=st["marker"], ls=st.get("ls", "-"),
+                mfc=st.get("mfc", st["color"]), mec=st["color"], alpha=st.get("alpha", 1.0),
+                ms=6 if st["marker"] in "*PX" else 5, lw=1.8,
+                markevery=list(np.flatnonzero(np.isin(xd, c.rates[ok]))),
+                label=st.get("label", c.label), zorder=3)
         if c.num_seeds > 1:
             xb, lo = _linear_segments(c.rates, c.vmin * f)
             _, hi = _linear_segments(c.rates, c.vmax * f)
@@ -186,19 +188,17 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
     # Labels sit where a rising latency curve is not (above left of the mark); for a falling
     # attainment curve, below left.
     above = target is None or target.op == "<="
-    prev_x, stack = None, 0
-    xspan = np.ptp(ax.get_xlim()) or 1.0
+    texts = []
     for m in marks:
-        stack = stack + 1 if prev_x is not None and m["x"] - prev_x < 0.06 * xspan else 0
-        prev_x = m["x"]
         color = m["colors"][0] if len(m["colors"]) == 1 else "0.35"
         ax.plot([m["x"]], [m["y"]], m["marker"], ms=10, mfc="white", mec=color, mew=2.2,
                 zorder=5)
-        dy = (7 + 12 * stack) * (1 if above else -1)
-        ax.annotate(m["text"], (m["x"], m["y"]), xytext=(-7, dy), textcoords="offset points",
-                    ha="right", va="bottom" if above else "top", fontsize=8.5, color=color,
-                    fontweight="bold", zorder=6,
-                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+        texts.append(ax.annotate(
+            m["text"], (m["x"], m["y"]), xytext=(-7, 7 if above else -7),
+            textcoords="offset points", ha="right", va="bottom" if above else "top",
+            fontsize=8.5, color=color, fontweight="bold", zorder=6,
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85)))
+    separate_labels(ax, texts, 1 if above else -1)
     bottom, top = ax.get_ylim()
     for m in marks:
         if m["marker"] == "o":  # drop a line from an exact crossing to the rate axis
@@ -212,9 +212,35 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
     ax.set_ylabel(f"{short} ({unit})" if unit else short)
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
-    if legend:
-        ax.legend(fontsize=8, framealpha=0.9)
+    if legend:  # outside the data, to the right
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return ax
+
+
+def separate_labels(ax, texts, direction: int = 1, gap_px: float = 2.0) -> None:
+    """Move value labels apart: each label that overlaps one already placed is pushed along
+    `direction` (+1 up, -1 down, in screen space) until it overlaps none."""
+    if len(texts) < 2:
+        return
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    pt_per_px = 72.0 / fig.dpi
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        shift = 0.0
+        while True:
+            moved = box.translated(0, shift)
+            hit = [b for b in placed if moved.overlaps(b)]
+            if not hit:
+                break
+            edge = (max(b.y1 for b in hit) - box.y0 if direction > 0
+                    else min(b.y0 for b in hit) - box.y1)
+            shift = edge + gap_px * direction
+        if shift:
+            x, y = t.xyann
+            t.xyann = (x, y + shift * pt_per_px)
+        placed.append(box.translated(0, shift))
 
 
 def group_label_of(cap) -> str:

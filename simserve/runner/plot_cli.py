@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from simserve.errors import SimserveError
-from simserve.capacity import (Target, grid_capacity, group_keys, group_label, group_records,
+from simserve.capacity import (Target, group_keys, group_label,
                                load_records, parse_target, rate_curves)
 from simserve.metrics import sustainable_rate
-from simserve.runner import trace_plot
+from simserve.runner import comparison, trace_plot
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -188,6 +188,7 @@ def _plot(args: argparse.Namespace) -> int:
     targets = panel_targets(_slo(args, cfg), [parse_target(t) for t in args.target or []])
     available = {k for r in records for k in r}
     targets = [t for t in targets if t.metric in available]
+    records, caps, styles = comparison.select(records, targets, args.all_variants)
     ttft = next((t for t in targets if t.metric == "p99_ttft_ms"), None)
     rate = args.timeline_rate if args.timeline_rate else timeline_rate(records, ttft)
     seeds = sorted({r.get("seed", 0) for r in records})
@@ -199,8 +200,6 @@ def _plot(args: argparse.Namespace) -> int:
                             f"in {results} (rates: {have}; seeds: {seeds})")
     out = Path(args.out) if args.out else results / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    caps = grid_capacity(records, targets)
-    styles = plots.group_styles([group_label(g) for g, _ in group_records(records)])
     title = _title(cfg, results)
     written: list[Path] = []
 
@@ -288,6 +287,9 @@ def register(sub) -> None:
     p.add_argument("--trace-events", metavar="FILE",
                    help="draw this trace (`simserve run --trace-events`) as a timeline, a row "
                         "per engine, rank and link (trace.png; default beside FILE)")
+    p.add_argument("--all-variants", action="store_true",
+                   help="draw every swept variant of a design (default: its best one, by "
+                        "attainment, else P99 TTFT, else normalized latency)")
     p.add_argument("--window", metavar="T0,T1", help="timeline: only simulated seconds T0-T1")
     p.add_argument("--out", help="folder for the figures (default RESULTS/plots)")
     p.add_argument("--slo", metavar="TTFT_MS,TBT_MS",
