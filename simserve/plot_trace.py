@@ -61,6 +61,9 @@ def trace_gantt(src, ax=None, *, window: tuple[float, float] | None = None,
         _, ax = plt.subplots(figsize=(11, 0.45 * max(len(order), 2) + 1.6))
     colors = dict(KINDS)
     used = set()
+    shown = sum(1 for n in order for e in by[n] if window is None or
+                window[0] <= e["ts"] * 1e-6 <= window[1])
+    edge = 0.6 if shown < 2000 else 0.0   # a white seam between iterations, while legible
     for row, name in enumerate(order):
         spans = defaultdict(list)
         for e in by[name]:
@@ -69,7 +72,9 @@ def trace_gantt(src, ax=None, *, window: tuple[float, float] | None = None,
                 continue
             spans[_kind(e)].append((a, d))
         for kind, xs in spans.items():
-            ax.broken_barh(xs, (row - 0.38, 0.76), facecolors=colors[kind], edgecolors="none",
+            lw = edge if kind != "transfer" else 0.0   # transfers are too thin to seam
+            ax.broken_barh(xs, (row - 0.38, 0.76), facecolors=colors[kind],
+                           edgecolors="white" if lw else "none", linewidth=lw,
                            label=kind if kind not in used else None)
             used.add(kind)
     ax.set_yticks(range(len(order)), order, fontsize=8)
