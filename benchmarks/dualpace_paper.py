@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))   # this checkout's simserve, not an installed one
 HERE = ROOT / "experiments" / "dualpace"    # the experiment YAMLs
 RESULTS = ROOT / "results" / "dualpace-paper"
+from simserve.plots import declutter  # noqa: E402  (after the path insert)
 PLOTS = HERE / "plots"                      # generated, not committed (.gitignore)
 NL, TTFT, ITL, TPOT = ("mean_normalized_latency_s<=1", "p99_ttft_ms<=5000", "p99_itl_ms<=1500",
                        "p99_tpot_ms<=1500")
@@ -324,6 +325,7 @@ def paper_figures(workload: str) -> list[Path]:
                      fontsize=11)
         p = PLOTS / f"{name}{suffix}.png"
         p.parent.mkdir(parents=True, exist_ok=True)
+        declutter(fig)   # value labels apart, for the final layout
         fig.savefig(p, dpi=100)
         plt.close(fig)
         written.append(p)
@@ -347,6 +349,7 @@ def four_panels(out: Path, title: str, path: Path, targets=TARGETS, styles=None)
                ncol=min(len(keep), 6), frameon=False, fontsize=8)
     fig.suptitle(title, fontsize=11)
     path.parent.mkdir(parents=True, exist_ok=True)
+    declutter(fig)   # value labels apart, for the final layout
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
@@ -468,6 +471,7 @@ def fig11_plot() -> Path:
                  "(first 2,000 requests)", fontsize=11)
     p = PLOTS / "fig11-sensitivity.png"
     p.parent.mkdir(parents=True, exist_ok=True)
+    declutter(fig)   # value labels apart, for the final layout
     fig.savefig(p, dpi=100)
     plt.close(fig)
     return p

@@ -171,16 +171,16 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
             ax.fill_between(xb, lo, hi, color=st["color"], alpha=0.15, lw=0, zorder=2)
     if logy:
         ax.set_yscale("log")
-    marks = []
+    marks, fixed = [], []
     if target is not None:
         ty = target.value * f
         sym = "≤" if target.op == "<=" else "≥"
         ax.axhline(ty, color="0.25", ls="--", lw=1.2, label=f"target {sym} {_fmt_value(ty, unit)}",
                    zorder=1)
-        ax.annotate(f"target {sym} {_fmt_value(ty, unit)}", (0.01, ty),
+        fixed = [ax.annotate(f"target {sym} {_fmt_value(ty, unit)}", (0.01, ty),
                     xycoords=("axes fraction", "data"), xytext=(2, 3 if target.op == "<=" else -3),
                     textcoords="offset points", va="bottom" if target.op == "<=" else "top",
-                    fontsize=8, color="0.25")
+                    fontsize=8, color="0.25")]
         marks = _capacity_marks([c for c in capacities if c.target == target], styles, ty)
         if logy and marks:  # room above the line for the labels
             lo, hi = ax.get_ylim()
@@ -198,7 +198,8 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
             textcoords="offset points", ha="right", va="bottom" if above else "top",
             fontsize=8.5, color=color, fontweight="bold", zorder=6,
             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85)))
-    separate_labels(ax, texts, 1 if above else -1)
+    ax._simserve_value_labels = (texts, 1 if above else -1, fixed)
+    separate_labels(ax, texts, 1 if above else -1, fixed)
     bottom, top = ax.get_ylim()
     for m in marks:
         if m["marker"] == "o":  # drop a line from an exact crossing to the rate axis
@@ -217,15 +218,18 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
     return ax
 
 
-def separate_labels(ax, texts, direction: int = 1, gap_px: float = 2.0) -> None:
-    """Move value labels apart: each label that overlaps one already placed is pushed along
-    `direction` (+1 up, -1 down, in screen space) until it overlaps none."""
-    if len(texts) < 2:
-        return
+def separate_labels(ax, texts, direction: int = 1, fixed=(), gap_px: float = 2.0) -> None:
+    """Move value labels apart: each label that overlaps one already placed (or a `fixed`
+    text) is pushed along `direction` (+1 up, -1 down, in screen space) until it overlaps
+    none. Positions depend on the final layout: `declutter(fig)` redoes it before saving."""
     fig = ax.figure
     renderer = fig.canvas.get_renderer()
-    placed = []
     pt_per_px = 72.0 / fig.dpi
+    for t in texts:   # from where the label was first put
+        if not hasattr(t, "_simserve_xyann"):
+            t._simserve_xyann = t.xyann
+        t.xyann = t._simserve_xyann
+    placed = [t.get_window_extent(renderer) for t in fixed]
     for t in texts:
         box = t.get_window_extent(renderer)
         shift = 0.0
@@ -241,6 +245,16 @@ def separate_labels(ax, texts, direction: int = 1, gap_px: float = 2.0) -> None:
             x, y = t.xyann
             t.xyann = (x, y + shift * pt_per_px)
         placed.append(box.translated(0, shift))
+
+
+def declutter(fig) -> None:
+    """Lay the figure out, then move every rate plot's value labels apart for that layout
+    (call it last before saving: a layout change moves the marks the labels belong to)."""
+    fig.canvas.draw()
+    for ax in fig.axes:
+        labels = getattr(ax, "_simserve_value_labels", None)
+        if labels:
+            separate_labels(ax, labels[0], labels[1], labels[2])
 
 
 def group_label_of(cap) -> str:

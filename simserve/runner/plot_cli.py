@@ -92,6 +92,8 @@ def _title(cfg: dict, results: Path) -> str:
 
 
 def _save(fig, out: Path, stem: str, formats) -> list[Path]:
+    from simserve.plots import declutter
+    declutter(fig)
     paths = []
     for fmt in formats:
         p = out / f"{stem}.{fmt}"
