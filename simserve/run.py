@@ -14,6 +14,7 @@ from simserve.sim.cluster import Cluster
 from simserve.sim.context import ArrivalSource, Recorder, SimContext
 from simserve.sim.records import RequestRecords
 from simserve.sim.requests import RequestTable
+from simserve.sim.trace_events import TraceEvents
 from simserve.workload.spec import Workload
 
 
@@ -22,11 +23,13 @@ class SimResult:
     records: RequestRecords
     recorder: Recorder
     stats: dict = field(default_factory=dict)
+    trace: TraceEvents | None = None   # the timeline, when `trace_events` asked for one
 
 
 def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardware | HardwareConfig,
                    policy: str, policy_config=None, seed: int = 0, gpu_cost_hook=None,
-                   stream=None, progress=None, **policy_params) -> SimResult:
+                   stream=None, progress=None, trace_events=None,
+                   **policy_params) -> SimResult:
     """Simulate `workload` under `policy` until every request has finished.
 
     `policy_config` is the policy's config dataclass; or pass its fields as keyword arguments.
@@ -34,6 +37,8 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     `stream` (e.g. `simserve.metrics_stream.RecordStream`) takes finished requests in chunks
     as the run goes, so token times are not held for the whole run; `records` is then None.
     `progress`: True for a bar of finished requests (tqdm.auto), or a tqdm-like object.
+    `trace_events`: a file path to write a Chrome / Perfetto trace of every iteration and
+    transfer to (with each request's spans), or a `TraceEvents` to fill; `result.trace`.
     """
     if isinstance(model, str):
         model = get_model(model)
@@ -57,6 +62,13 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     ctx = SimContext(env=env, model=model, hardware=hardware, cluster=cluster, table=table,
                      source=source, recorder=Recorder(), rng=np.random.default_rng(seed),
                      gpu_cost_hook=gpu_cost_hook)
+    trace = None
+    if trace_events is not None:
+        trace = trace_events if isinstance(trace_events, TraceEvents) else \
+            TraceEvents(requests=True)
+        ctx.recorder.trace = trace
+        for ch in cluster.channels:
+            ch.trace = trace
     dep = build(ctx, cfg)  # a policies.base.Deployment: engines started, router, stats
     source.handler = dep.on_arrival
     env.process(source.run())
@@ -96,10 +108,15 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     if table.num_finished != table.n:
         raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
                            "requests (a policy stalled)")
+    if trace is not None:
+        if stream is None:
+            trace.request_spans(table)
+        if not isinstance(trace_events, TraceEvents):
+            trace.write(trace_events)
     if stream is not None:
         table.retire(table.n)
-        return SimResult(None, rec, stats)
-    return SimResult(table.records(), rec, stats)
+        return SimResult(None, rec, stats, trace)
+    return SimResult(table.records(), rec, stats, trace)
 
 
 def engine_counters(engines) -> dict:

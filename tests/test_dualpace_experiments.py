@@ -1,5 +1,5 @@
-"""experiments/dualpace: every file parses, follows the paper's setup, and paper_rates.py's
-ratio text carries censoring through."""
+"""experiments/dualpace: every file parses, follows the paper's setup, and the ratio text of
+benchmarks/dualpace_paper.py carries censoring through."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,8 +15,9 @@ from simserve.runner.sweep import load_sweep
 DIR = Path(__file__).resolve().parents[1] / "experiments" / "dualpace"
 
 
-def _paper_rates():
-    spec = importlib.util.spec_from_file_location("paper_rates", DIR / "paper_rates.py")
+def _dualpace_paper():
+    spec = importlib.util.spec_from_file_location(
+        "dualpace_paper", DIR.parents[1] / "benchmarks" / "dualpace_paper.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -32,7 +33,7 @@ def test_files_parse(path):
 
 
 def test_figure_files_run_the_three_policies_on_the_paper_hardware():
-    pr = _paper_rates()
+    pr = _dualpace_paper()
     hw = {"llama8b-rtx4090": ("rtx4090", 1, "xeon-silver-4510", 12),
           "qwen14b-2xh20": ("h20", 2, "xeon-8469c", 24),
           "qwen32b-4xh20": ("h20", 4, "xeon-8469c", 48)}
@@ -65,7 +66,7 @@ def _cap(rate, censored=False, lo=1.0, hi=8.0):
 
 
 def test_ratio_text_censoring():
-    r = _paper_rates().ratio_text
+    r = _dualpace_paper().ratio_text
     assert r(_cap(4.0), _cap(2.0)) == "2.00"
     assert r(_cap(8.0, True), _cap(2.0)) == "≥ 4.00"            # a met everywhere
     assert r(_cap(4.0), _cap(8.0, True)) == "≤ 0.50"            # b met everywhere

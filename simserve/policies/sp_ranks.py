@@ -109,11 +109,29 @@ class SpRanksEngine(EngineBase):
                 self.clock = max(self.clock, env.now)
                 continue
             dt, apply = step
+            if self.ctx.recorder.trace is not None:
+                self.trace_ranks(self.clock, self.clock + dt, 1)
             self.clock += dt
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
             yield at(env, max(self.clock, env.now))  # exactly the clock (timeouts can miss an ulp)
             apply()
+
+    def trace_ranks(self, start: float, end: float, steps: int) -> None:
+        """One trace event per rank for an iteration (or a leap of `steps`) of the instance:
+        the rank's decodes, the prompt tokens it prefills (`last_prefill_per_rank`, set by the
+        engine's `_iteration`; none in a leap) and its KV blocks in use."""
+        pre = getattr(self, "last_prefill_per_rank", None) if steps == 1 else None
+        for r in range(self.R):
+            p = int(pre[r]) if pre is not None else 0
+            nd = len(self.decodes[r])
+            name = ("mixed" if p and nd else "prefill" if p else "decode" if steps == 1
+                    else f"decode x{steps}")
+            self.ctx.recorder.trace.iteration(
+                f"instance {self.index} rank {r} (GPU {','.join(map(str, self.rank_gpus[r]))})",
+                start, end, name, steps=steps, counted=r == 0, prefill_tokens=p, decodes=nd,
+                kv_blocks_used=self.pools[r].num_used, pending_prefills=len(self.pending))
+        self.last_prefill_per_rank = None
 
     def _drop_partial(self) -> bool:
         """Deadlock breaker, when nothing runs: partial prompts' shards keep the prompt at the

@@ -233,11 +233,19 @@ class ChunkedEngine(EngineBase):
                 raise RuntimeError(f"engine {self.index}: nothing schedulable with "
                                    f"{len(self.waiting)} waiting; KV pool too small?")
             shape, sample = self._shape(ids, n)
-            self._prev_start = self.clock
+            start = self._prev_start = self.clock
             self.clock += self.cost.step_s(shape)
             self._prev_end = self.clock
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    f"engine {self.index}", start, self.clock,
+                    "mixed" if len(shape.prefill_chunks) and shape.num_decodes else
+                    "prefill" if len(shape.prefill_chunks) else "decode",
+                    prefill_tokens=shape.num_tokens - shape.num_decodes,
+                    prefill_chunks=shape.prefill_chunks, decodes=shape.num_decodes,
+                    kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
             yield env.timeout(max(0.0, self.clock - env.now))
             self._apply(ids, n, sample)
 
@@ -363,6 +371,11 @@ class ChunkedEngine(EngineBase):
             self.pool.allocate(nb)
             t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
         t.computed[ids] = [x + k for x in c]
+        if self.ctx.recorder.trace is not None:
+            self.ctx.recorder.trace.iteration(
+                f"engine {self.index}", clock, ends[-1], f"decode x{k}", steps=k,
+                prefill_tokens=0, prefill_chunks=[], decodes=B,
+                kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
         times = ends if self.frontend is None else self.frontend.deliver_many(np.array(ends), B)
         done = t.emit_steps(ids, times, g)

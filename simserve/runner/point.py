@@ -59,9 +59,10 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
               workload: Workload | None = None, requests_sink=None,
-              progress=False) -> PointResult:
+              progress=False, trace_events=None) -> PointResult:
     """One point. With `requests_sink(frame)` the run is streamed: per-request rows go to the
-    sink in chunks as requests finish and `requests` is None (memory stays flat)."""
+    sink in chunks as requests finish and `requests` is None (memory stays flat).
+    `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`)."""
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
 
@@ -76,7 +77,8 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         from simserve.metrics_stream import RecordStream
         stream = RecordStream(cfg.slo, lambda f: requests_sink(label(f)))
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
-                                    seed=pt.seed, stream=stream, progress=progress)
+                                    seed=pt.seed, stream=stream, progress=progress,
+                                    trace_events=trace_events)
     hw = cfg.hardware
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
                "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
@@ -115,17 +117,31 @@ def validate(cfg: ExperimentConfig) -> Workload:
 
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
-                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
+                          progress: bool = True, stream: bool | None = None,
+                          trace_events: str | Path | None = None) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
-    folder's lock (a second run into the same `out` at the same time is refused)."""
+    folder's lock (a second run into the same `out` at the same time is refused).
+    `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`)."""
     if out is None:
-        return _run_experiment_config(cfg, None, progress, stream)
+        return _run_experiment_config(cfg, None, progress, stream, trace_events)
     with out_lock(Path(out)):
-        return _run_experiment_config(cfg, out, progress, stream)
+        return _run_experiment_config(cfg, out, progress, stream, trace_events)
+
+
+def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
+    """The trace file of one point: `base` itself for a single point, else base's name with
+    the point's policy, rate and seed before its suffix (trace-vllm-4req_s-seed0.json)."""
+    base = Path(base)
+    if not many:
+        return base
+    suffix = base.suffix or ".json"
+    return base.with_name(f"{base.stem}-{pt.policy.label}-{pt.rate:g}req_s-seed{pt.seed}"
+                          f"{suffix}")
 
 
 def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
-                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
+                          progress: bool = True, stream: bool | None = None,
+                          trace_events: str | Path | None = None) -> list[PointResult]:
     """Every point; results written to `out` when given. `stream` (default: points of
     `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
     chunks while points run instead of holding them (PointResult.requests is then None)."""
@@ -134,6 +150,9 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
         stream = first.num_requests >= STREAM_MIN_REQUESTS
     hardware = resolve_hardware(cfg.hardware)
     pts = points(cfg)
+    if trace_events is not None and not Path(trace_events).resolve().parent.is_dir():
+        raise SimserveError(f"--trace-events {trace_events}: no such folder "
+                            f"{Path(trace_events).parent}")
     point_bar = progress and first.num_requests >= POINT_BAR_MIN_REQUESTS
     bar = None
     if progress:
@@ -146,8 +165,10 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
             for pt in pts:
                 if bar:
                     bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
+                trace = None if trace_events is None else \
+                    trace_path(trace_events, pt, len(pts) > 1)
                 results.append(run_point(cfg, pt, hardware, requests_sink=sink,
-                                         progress=point_bar))
+                                         progress=point_bar, trace_events=trace))
                 if bar:
                     bar.update()
         finally:

@@ -83,6 +83,12 @@ class DecodeInstance(EngineBase):
                 yield from sleep_until(env, float(ends[kd - 1]))
             if kd > 1:
                 t.emit_many(ids, ends[:kd - 1])
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    f"decode instance {self.index} (GPU {','.join(map(str, self.gpus))})",
+                    clock, float(ends[kd - 1]), "decode" if kd == 1 else f"decode x{kd}",
+                    steps=kd, prefill_tokens=0, decodes=len(ids),
+                    kv_blocks_used=self.pool.num_used)
             clock = float(ends[kd - 1])
             done = t.emit(ids, clock)
             t.computed[ids] += kd

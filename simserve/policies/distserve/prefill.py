@@ -80,7 +80,13 @@ class PrefillInstance(EngineBase):
             shape = BatchShape(num_tokens=int(p.sum()), prefill_chunks=p,
                                prefill_ctx=np.zeros(len(ids), dtype=np.int64),
                                num_sample_rows=len(ids))
+            start = env.now
             yield env.timeout(self.cost.step_s(shape))
+            if self.ctx.recorder.trace is not None:
+                self.ctx.recorder.trace.iteration(
+                    f"prefill instance {self.index} (GPU {','.join(map(str, self.gpus))})",
+                    start, env.now, "prefill", prefill_tokens=shape.num_tokens,
+                    prefill_chunks=p, decodes=0, kv_blocks_used=self.pool.num_used)
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
             t.computed[ids] = p

@@ -118,6 +118,11 @@ class CpuEngine(EngineBase):
             self.in_batch = False
             self.busy_s += env.now - t0
             self.num_batches += 1
+            if self.ctx.recorder.trace is not None:
+                self.ctx.recorder.trace.iteration(
+                    f"CPU engine {self.index}", t0, env.now, "CPU decode", group="cpu",
+                    prefill_tokens=0, decodes=len(ids), context_tokens=ctx_sum,
+                    host_kv_blocks_used=st.host_pool.num_used)
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
             if st.log is not None:

@@ -201,6 +201,14 @@ class GpuEngine(EngineBase):
         self.release(done)
         run.applied.succeed()
         rec = self.ctx.recorder
+        if rec.trace is not None:
+            rec.trace.iteration(
+                f"GPU engine {self.index}", run.start, env.now,
+                "mixed" if prefill and len(dec) else "prefill" if prefill else "decode",
+                prefill_tokens=int(chunks.sum()) if prefill else 0,
+                prefill_chunks=chunks if prefill else [],
+                prefill_to_cpu=len(plan.to_cpu), decodes=len(dec),
+                kv_blocks_used=self.pool.num_used, host_kv_blocks_used=st.host_pool.num_used)
         rec.num_iterations += 1
         rec.num_steps_scheduled += 1
         rec.sample(env.now, self.index, len(self.running), len(self.waiting),

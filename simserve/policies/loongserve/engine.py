@@ -244,6 +244,8 @@ class LoongEngine(SpRanksEngine):
                 if t.generated[rid] + 1 < t.output[rid]:
                     self._place(rid)
         chunks = [_Done(rid, m) for rid, m in batch]
+        tokens = sum(m for _, m in batch)   # for a trace's per-rank events: the lent ranks'
+        self.last_prefill_per_rank = [tokens // k if r in lent else 0 for r in range(R)]
         ends = steps[0]
         total = max(dt, float(ends[-1]) if len(ends) else 0.0)
         start = self.clock

@@ -60,6 +60,7 @@ class MuxWiseEngine(EngineBase):
         self.waiting = make_queue(cfg.scheduler, ctx.table)
         self.running: list[int] = []
         self.batch = None          # prefill batch: request ids
+        self._batch_start = 0.0    # when it started (a trace's prefill event)
         self.left = 0.0            # fraction of its work still to do
         self._tp_cache: dict[float, float] = {}
         self.signal = Signal(ctx.env)
@@ -103,7 +104,9 @@ class MuxWiseEngine(EngineBase):
                 return sms, d
         return self.choices[-1], d
 
-    def _start_batch(self) -> None:
+    def _start_batch(self, at: float | None = None) -> None:
+        """The next prefill batch (FCFS up to the token limit, KV for prompt and output),
+        starting at `at` (default the clock)."""
         t, pool = self.ctx.table, self.pool
         batch, tokens = [], 0
         while self.waiting:
@@ -118,6 +121,7 @@ class MuxWiseEngine(EngineBase):
             tokens += p
         if batch:
             self.batch, self.left, self._tp_cache = np.asarray(batch, dtype=np.int64), 1.0, {}
+            self._batch_start = self.clock if at is None else at
 
     def _prefill_s(self, f: float) -> float:
         """Time of the current prefill batch on share f (with contention when f < 1)."""
@@ -129,6 +133,12 @@ class MuxWiseEngine(EngineBase):
     def _end_prefill(self, at: float, joiners: list[int]) -> None:
         t = self.ctx.table
         ids = self.batch
+        tr = self.ctx.recorder.trace
+        if tr is not None:
+            tr.iteration(f"engine {self.index} prefill stream", self._batch_start, at, "prefill",
+                         prefill_tokens=int(t.prompt[ids].sum()) - int(t.computed[ids].sum()),
+                         prefill_chunks=t.prompt[ids] - t.computed[ids], decodes=0,
+                         kv_blocks_used=self.pool.num_used)
         t.computed[ids] = t.prompt[ids]
         done = t.emit(ids, at)
         self._release(done)
@@ -183,6 +193,12 @@ class MuxWiseEngine(EngineBase):
         t = self.ctx.table
         if kd > 1:
             t.emit_many(ids, ends[:kd - 1])
+        tr = self.ctx.recorder.trace
+        if tr is not None:
+            tr.iteration(f"engine {self.index} decode stream", self.clock, float(ends[kd - 1]),
+                         "decode" if kd == 1 else f"decode x{kd}", steps=kd, prefill_tokens=0,
+                         decodes=len(ids), kv_blocks_used=self.pool.num_used,
+                         prefill_running=self.batch is not None)
         self.clock = float(ends[kd - 1])
         done = t.emit(ids, self.clock)
         t.computed[ids] += kd
@@ -286,7 +302,7 @@ class MuxWiseEngine(EngineBase):
             if t0 + need <= end:
                 t0 += need
                 self._end_prefill(t0, joiners)
-                self._start_batch()     # the next batch starts on the freed prefill stream
+                self._start_batch(t0)   # the next batch starts on the freed prefill stream
             else:
                 self.left -= (end - t0) / tp
                 t0 = end

@@ -146,6 +146,14 @@ class NeoEngine(EngineBase):
             if end > env.now:
                 yield env.timeout(end - env.now)
             self.clock = end
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    "engine 0", start, end, d.mode, prefill_tokens=int(t.num_tokens[pref].sum()),
+                    prefill_chunks=t.num_tokens[pref], prefill_to_cpu=len(r.pref_cpu),
+                    decodes=len(r.gdec) + len(r.cdec), gpu_decodes=len(r.gdec),
+                    cpu_decodes=len(r.cdec), swap_out_tokens=r.swap_out_tokens,
+                    swap_in_tokens=r.swap_in_tokens, kv_blocks_used=self.gpu_pool.num_used,
+                    host_kv_blocks_used=self.host_pool.num_used)
             self._apply(r, pref)
 
     def _idle(self):
@@ -239,6 +247,12 @@ class NeoEngine(EngineBase):
         t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
         t.computed[ids] += k
         t.emit_many(ids, ends[:k - 1])
+        tr = self.ctx.recorder.trace
+        if tr is not None:
+            tr.iteration("engine 0", self.clock, float(ends[k - 1]), f"decode x{k}", steps=k,
+                         prefill_tokens=0, decodes=len(ids), gpu_decodes=len(ids),
+                         cpu_decodes=0, kv_blocks_used=self.gpu_pool.num_used,
+                         host_kv_blocks_used=self.host_pool.num_used)
         self.clock = float(ends[k - 1])
         self.ctx.recorder.num_iterations += k
         self.num_gpu_only += k

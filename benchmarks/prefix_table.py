@@ -3,7 +3,7 @@ per point, the preemptions, the prefill recompute ratio (prompt tokens computed,
 included, / prompt tokens), the prefix-cache hit rate (vLLM's: first lookups), the saved
 tokens and TTFT. `--set` overrides as for `simserve run`, e.g. --set workload.overlong=cap.
 
-    python experiments/prefix/table.py [YAML] [--set KEY=VALUE ...]
+    python benchmarks/prefix_table.py [YAML] [--set KEY=VALUE ...]
 """
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simserve.runner.config import load_experiment  # noqa: E402
 from simserve.runner.point import run_experiment_config  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "experiments" / "prefix"
 
 
 def main(argv=None) -> int:

@@ -1,12 +1,12 @@
 """Run the DualPace paper experiments (vLLM, NEO and DualPace) and print each policy's
 sustainable request rate per target beside the paper's ratios; draw paper-style figures.
 
-    python experiments/dualpace/paper_rates.py [--only fig09a] [--workload trace|paper-means|both]
-                                               [--policies vllm,neo,dualpace] [--workers 2]
-                                               [--no-run] [--by-figure] [--plots] [--text]
-    python experiments/dualpace/paper_rates.py --fig11 [--no-run] [--plots]
-    python experiments/dualpace/paper_rates.py --h200 [--no-run] [--plots]
-    python experiments/dualpace/paper_rates.py --fig1 [--rate 3.5]
+    python benchmarks/dualpace_paper.py [--only fig09a] [--workload trace|paper-means|both]
+                                          [--policies vllm,neo,dualpace] [--workers 2]
+                                          [--no-run] [--by-figure] [--plots] [--text]
+    python benchmarks/dualpace_paper.py --fig11 [--no-run] [--plots]
+    python benchmarks/dualpace_paper.py --h200 [--no-run] [--plots]
+    python benchmarks/dualpace_paper.py --fig1 [--rate 3.5]
 
 Fig. 9 / 10 / 13 / 14 come out of one sweep per setting (normalized latency, P99 TTFT, P99 ITL,
 P99 TPOT). `--workload trace` replays the first 2,000 requests of the Azure 2023 trace (the
@@ -16,8 +16,9 @@ grids in PAPER_MEANS_RATES. Results go to results/dualpace-paper/<experiment>[-p
 (a `simserve sweep` folder: finished points are reused). Sustainable rates are linear
 interpolations between measured rates, never extrapolated (`≥ r`: met at every measured rate;
 `< r`: failed at the lowest). `--by-figure` prints one table per paper figure and target (a row
-per setting) instead of one per setting. `--plots` writes plots/fig09*.png, fig10*, fig13*,
-fig14*, fig11-sensitivity.png and h200.png.
+per setting) instead of one per setting. `--plots` writes fig09*.png, fig10*, fig13*, fig14*,
+fig11-sensitivity.png and h200.png into experiments/dualpace/plots/ (generated, not committed;
+`python benchmarks/figures.py` draws every figure of the repository).
 """
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))   # this checkout's simserve, not an installed one
+HERE = ROOT / "experiments" / "dualpace"    # the experiment YAMLs
 RESULTS = ROOT / "results" / "dualpace-paper"
+from simserve.plots import declutter  # noqa: E402  (after the path insert)
+PLOTS = HERE / "plots"                      # generated, not committed (.gitignore)
 NL, TTFT, ITL, TPOT = ("mean_normalized_latency_s<=1", "p99_ttft_ms<=5000", "p99_itl_ms<=1500",
                        "p99_tpot_ms<=1500")
 TPOT1 = "p99_tpot_ms<=1000"     # Fig. 15's sensitivity target
@@ -320,8 +323,9 @@ def paper_figures(workload: str) -> list[Path]:
         fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False)
         fig.suptitle(f"{title} (simserve, {wl}; ○ sustainable rate, ▷ never crossed)",
                      fontsize=11)
-        p = HERE / "plots" / f"{name}{suffix}.png"
-        p.parent.mkdir(exist_ok=True)
+        p = PLOTS / f"{name}{suffix}.png"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        declutter(fig)   # value labels apart, for the final layout
         fig.savefig(p, dpi=100)
         plt.close(fig)
         written.append(p)
@@ -344,6 +348,8 @@ def four_panels(out: Path, title: str, path: Path, targets=TARGETS, styles=None)
     fig.legend([a for a, _ in keep], [b for _, b in keep], loc="outside lower center",
                ncol=min(len(keep), 6), frameon=False, fontsize=8)
     fig.suptitle(title, fontsize=11)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    declutter(fig)   # value labels apart, for the final layout
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
@@ -463,7 +469,9 @@ def fig11_plot() -> Path:
         axes[r][0].legend([a for a, _ in kept], [b for _, b in kept], fontsize=7, loc="upper left")
     fig.suptitle("Fig. 11 / 15: sensitivity, Llama-3.1-8B, RTX 4090 + 12 cores/rank, Azure-Conv "
                  "(first 2,000 requests)", fontsize=11)
-    p = HERE / "plots" / "fig11-sensitivity.png"
+    p = PLOTS / "fig11-sensitivity.png"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    declutter(fig)   # value labels apart, for the final layout
     fig.savefig(p, dpi=100)
     plt.close(fig)
     return p
@@ -473,7 +481,7 @@ def fig11_plot() -> Path:
 
 def fig1(rate: float, requests: int | None) -> None:
     """Fig. 1 top: cumulative generated and CPU-decoded tokens over time at one rate, for
-    vLLM, NEO and DualPace; prints a table and draws plots/fig1-progress.png."""
+    vLLM, NEO and DualPace; prints a table and draws fig1-progress.png."""
     import numpy as np
 
     from simserve.runner.config import load_experiment
@@ -510,8 +518,8 @@ def fig1(rate: float, requests: int | None) -> None:
            title=f"Llama-3.1-8B, RTX 4090 + 12 cores, Azure-Conversation, {rate} req/s")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = HERE / "plots"
-    out.mkdir(exist_ok=True)
+    out = PLOTS
+    out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "fig1-progress.png", dpi=110)
     print(f"plot: {out / 'fig1-progress.png'}")
 
@@ -560,7 +568,7 @@ def main() -> int:
         if a.plots:
             print("plot:", four_panels(out, "Llama-3.1-8B, H200 + 16 cores xeon-emr (measured "
                                        "profiles), Azure-Conv, first 2,000 requests",
-                                       HERE / "plots" / "h200.png"))
+                                       PLOTS / "h200.png"))
         return 0
     pols = a.policies.split(",") if a.policies else None
     workloads = ("trace", "paper-means") if a.workload == "both" else (a.workload,)
