@@ -103,14 +103,17 @@ def test_frontend_outputs_run_ahead_of_admissions_and_leaps_match_steps():
     fe.deliver(0.0, 4)                                                   # busy until 90 µs
     fe.admit(0.0, 1000)
     fe.admit(0.0, 1000)
-    assert fe.head_done == pytest.approx(90e-6 + 1100e-6)
-    # ...and output work that comes later runs ahead of them, pushing the head back
-    assert fe.deliver(500e-6, 2) == pytest.approx(500e-6 + 70e-6)        # not behind 2.3 ms
-    assert fe.head_done == pytest.approx(90e-6 + 1100e-6 + 70e-6)
+    head = 90e-6 + 1100e-6
+    assert fe.head_done == pytest.approx(head)
+    # ...output work that comes later waits for the admission in service only...
+    assert fe.deliver(500e-6, 2) == pytest.approx(head + 70e-6)         # not behind 2.3 ms
+    assert fe.head_done == pytest.approx(head)
+    # ...and the next admission starts after it
     fe.pop(fe.head_done)
-    assert fe.head_done == pytest.approx(90e-6 + 1100e-6 + 70e-6 + 1100e-6)
+    assert fe.head_done == pytest.approx(head + 70e-6 + 1100e-6)
     fe.pop(fe.head_done)
     assert fe.head_done == float("inf") and not fe.pending
+    assert fe.deliver(1.0, 1) == pytest.approx(1.0 + 60e-6)              # idle: at once
 
 
 def test_runs_load_with_their_plans():

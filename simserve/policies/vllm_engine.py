@@ -144,8 +144,7 @@ class ChunkedEngine(EngineBase):
             self.ctx.env.process(self._front_end())
 
     def _front_end(self):
-        """Hands requests to the engine as the front end finishes their admission work (its
-        completion moves later while output work runs ahead of it: wake, look again)."""
+        """Hands requests to the engine as the front end finishes their admission work."""
         env, fe, q = self.ctx.env, self.frontend, self._in_frontend
         while q:
             if fe.head_done > env.now:
