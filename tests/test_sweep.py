@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simserve.cli import main
 from simserve.errors import ConfigError, SimserveError
-from simserve.runner import sweep_run
+from simserve.runner import sweep_run, sweep_task
 from simserve.runner.sweep import axis_values, load_sweep
 
 SMALL = """\
@@ -291,7 +291,7 @@ class Interrupt(KeyboardInterrupt):
     pass
 
 
-REAL_RUN_POINT = sweep_run.run_point
+REAL_RUN_POINT = sweep_task.run_point
 
 
 def _counting_run_point(monkeypatch, fail_after: int | None = None) -> list:
@@ -304,7 +304,7 @@ def _counting_run_point(monkeypatch, fail_after: int | None = None) -> list:
         calls.append(cfg.hash())
         return real(cfg, pt, *a, **kw)
 
-    monkeypatch.setattr(sweep_run, "run_point", fake)
+    monkeypatch.setattr(sweep_task, "run_point", fake)
     return calls
 
 
