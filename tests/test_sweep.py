@@ -1,4 +1,5 @@
-"""Sweeps: grid expansion, range forms, strict errors, resume, atomic writes, executors."""
+"""Sweeps: grid expansion, range forms, strict errors, resume, atomic writes, worker counts
+(Dask and Ray: test_executors.py)."""
 from __future__ import annotations
 
 import json
@@ -371,28 +372,6 @@ def test_one_and_two_workers_give_identical_results(tmp_path, reference):
     cfg = _write(tmp_path, SMALL)
     assert _sweep([cfg, "--out", tmp_path / "one", "--workers", 1]) == 0
     assert _tree(tmp_path / "one") == _tree(reference)
-
-
-def test_dask_executor_on_a_local_cluster(tmp_path, reference):
-    distributed = pytest.importorskip("distributed")
-    cfg = _write(tmp_path, SMALL)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
-        assert _sweep([cfg, "--out", tmp_path / "d", "--executor", "dask", "--scheduler",
-                       cluster.scheduler_address]) == 0
-    assert _tree(tmp_path / "d") == _tree(reference)
-
-
-def test_dask_missing_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
-    cfg = _write(tmp_path, SMALL)
-    assert _sweep([cfg, "--out", tmp_path / "o", "--executor", "dask"]) == 2
-    assert "pip install 'simserve[dist]'" in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()
-    with pytest.raises(SimserveError):
-        sweep_run.run_sweep(load_sweep(cfg), tmp_path / "o", executor="dask")
 
 
 def test_a_refitted_profile_changes_the_point_key(tmp_path, monkeypatch):
