@@ -74,7 +74,8 @@ def _pinned_date():
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """The sweep YAML and its trace file, and the sweep run by the local executor."""
+    """The sweep YAML and its trace file, and the sweep run by the local executor (a pool of
+    two processes)."""
     root = tmp_path_factory.mktemp("project")
     (root / "data").mkdir()
     rng = np.random.default_rng(5)
@@ -84,7 +85,7 @@ def project(tmp_path_factory) -> Path:
     (root / "data" / "trace.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
                                              + "\n".join(rows) + "\n")
     (root / "sweep.yaml").write_text(SWEEP)
-    assert _sweep([root / "sweep.yaml", "--out", root / "local", "--workers", 1]) == 0
+    assert _sweep([root / "sweep.yaml", "--out", root / "local", "--workers", 2]) == 0
     assert len(list((root / "local" / "points").iterdir())) == N_SIMS
     return root
 

@@ -68,6 +68,21 @@ def die_with_parent(parent: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="simserve-parent-watch", daemon=True).start()
 
 
+_worker_shared = None  # in a pool worker: the `shared` of the sweep it serves, set at start
+
+
+def start_worker(parent: int, shared) -> None:
+    """Pool worker initializer: `die_with_parent`, and keep `shared` (sent once per worker,
+    not with every task: a Mooncake trace with its hash_ids takes ~0.1 s to unpickle)."""
+    global _worker_shared
+    _worker_shared = shared
+    die_with_parent(parent)
+
+
+def _call(fn: Callable, item):
+    return fn(item, _worker_shared)
+
+
 class LocalExecutor:
     """A `ProcessPoolExecutor` with `workers` processes (default: all cores). One worker runs
     the items in this process, one after another (handy for debugging and profiling)."""
@@ -87,11 +102,10 @@ class LocalExecutor:
             for i, item in enumerate(items):
                 yield i, fn(item, shared)
             return
-        # `shared` is pickled with each task: on one machine that costs ~1 ms a point
         pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
-                                   initializer=die_with_parent, initargs=(os.getpid(),))
+                                   initializer=start_worker, initargs=(os.getpid(), shared))
         try:
-            index = {pool.submit(fn, item, shared): i for i, item in enumerate(items)}
+            index = {pool.submit(_call, fn, item): i for i, item in enumerate(items)}
             pending = set(index)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
