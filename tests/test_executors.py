@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -102,13 +103,21 @@ def test_the_setup_really_hides_the_submitters_files(project, tmp_path):
 
 
 def test_dask_workers_elsewhere_match_local(project, tmp_path):
+    """The workers join after the sweep has started and after the client's timeout (as a batch
+    system's jobs start late): the sweep waits for them."""
     distributed = pytest.importorskip("distributed")
     setup = tmp_path / "elsewhere_setup.py"
     setup.write_text(elsewhere_setup(str(project), str(tmp_path)))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, preload=[str(setup)]) as cluster:
-        assert _sweep([project / "sweep.yaml", "--out", tmp_path / "d", "--executor", "dask",
-                       "--scheduler", cluster.scheduler_address]) == 0
+    with distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, preload=[str(setup)]) as cluster, \
+            distributed.Client(cluster.scheduler_address, timeout="1s") as client:
+        late = threading.Timer(1.5, cluster.scale, (2,))
+        late.start()
+        try:
+            sweep_run.run_sweep(load_sweep(project / "sweep.yaml"), tmp_path / "d",
+                                executor="dask", client=client, progress=False)
+        finally:
+            late.join()
     assert _tree(tmp_path / "d") == _tree(project / "local")
 
 

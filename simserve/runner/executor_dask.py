@@ -55,7 +55,10 @@ class DaskExecutor:
 
     def map_unordered(self, fn: Callable, items: list,
                       shared=None) -> Iterator[tuple[int, object]]:
-        # one copy of `shared` on every worker, not one in every task's message
+        # one copy of `shared` on every worker, not one in every task's message (workers that
+        # join later fetch it from a peer); scatter needs a worker, and a batch system's may
+        # still be queued
+        self.client.wait_for_workers(1)
         [on_workers] = self.client.scatter([shared], broadcast=True, hash=False)
         futures = [self.client.submit(fn, item, on_workers, pure=False) for item in items]
         index = {f.key: i for i, f in enumerate(futures)}
