@@ -110,8 +110,8 @@ def test_dask_workers_elsewhere_match_local(project, tmp_path):
     setup.write_text(elsewhere_setup(str(project), str(tmp_path)))
     with distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=True,
                                   dashboard_address=None, preload=[str(setup)]) as cluster, \
-            distributed.Client(cluster.scheduler_address, timeout="1s") as client:
-        late = threading.Timer(1.5, cluster.scale, (2,))
+            distributed.Client(cluster.scheduler_address, timeout="2s") as client:
+        late = threading.Timer(3.0, cluster.scale, (2,))
         late.start()
         try:
             sweep_run.run_sweep(load_sweep(project / "sweep.yaml"), tmp_path / "d",

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 from simserve.errors import SimserveError
 
-CONNECT_TIMEOUT_S = 10  # an unreachable address fails in this long; ray.init alone retries for minutes
+CONNECT_TIMEOUT_S = 10  # an unreachable address fails in this long (ray.init retries for minutes)
 
 
 def import_ray():
@@ -65,7 +65,7 @@ class RayExecutor:
     def map_unordered(self, fn: Callable, items: list,
                       shared=None) -> Iterator[tuple[int, object]]:
         ray = self._ray
-        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        remote = ray.remote(num_cpus=1)(fn)  # retried if its node dies (points are pure)
         on_workers = ray.put(shared)  # one copy in the object store, not one per task
         refs = [remote.remote(item, on_workers) for item in items]
         index = {ref: i for i, ref in enumerate(refs)}
