@@ -1,10 +1,10 @@
 """Where sweep points run: a local process pool (default), a Dask distributed cluster, or a
 Ray cluster. Each executor maps a picklable top-level `fn(item, shared)` over a list of items
 and yields `(index, result)` as results arrive, in any order; `shared` (the files every point
-reads, resolved here: `sweep_task.SweepInputs`) goes to each worker once where the engine can
-(Dask scatters it, Ray puts it in its object store). Each point is seeded by its own config
-only, so results are byte-identical whatever the executor, the worker count or the finishing
-order.
+reads, resolved here: `sweep_task.SweepInputs`) goes to each worker once (the pool's
+initializer; Dask scatters it; Ray puts it in its object store). Each point is seeded by its
+own config only, so results are byte-identical whatever the executor, the worker count or the
+finishing order.
 
 Which one:
 - `local` (default): the cores of this machine; nothing to install or start.

@@ -1,8 +1,8 @@
 """What a sweep worker is sent and runs. A worker may be another process on this machine, or a
 Dask or Ray worker on another machine, in another folder, without the submitter's files: it
 gets everything a point reads from disk, resolved by the submitting process (`SweepInputs`,
-sent once per worker where the executor can), and each point's config (`SweepTask`). Only
-simserve itself (the same version) must be installed there.
+sent once per worker), and each point's config (`SweepTask`). Only simserve itself (the same
+version) must be installed there.
 """
 from __future__ import annotations
 
