@@ -47,14 +47,17 @@ def points(cfg: ExperimentConfig) -> list[Point]:
             for r in cfg.workload.rates]
 
 
-def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
+def make_workload(cfg: ExperimentConfig, rate: float, seed: int,
+                  loaded: Workload | None = None) -> Workload:
+    """The requests of one point; `loaded` is the trace file already parsed, if it is one
+    (`workload.build.load_named_trace`: a sweep worker gets it from the submitting process)."""
     w = cfg.workload
     model = get_model(cfg.model)
     return build_workload(w.trace, num_requests=w.num_requests, arrival=w.arrival, rate=rate,
                           seed=seed, burstiness_cv=w.burstiness_cv,
                           max_context=w.max_context or model.max_context, start=w.start,
                           max_concurrency=w.max_concurrency, tile=w.tile, overlong=w.overlong,
-                          **w.random_params())
+                          loaded=loaded, **w.random_params())
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
@@ -96,10 +99,11 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
     return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
 
 
-def run_date() -> str:
+def run_date(epoch: str | None = None) -> str:
     """When a point ran, as `vllm bench serve` dates its results (%Y%m%d-%H%M%S, UTC here).
-    SOURCE_DATE_EPOCH (seconds) pins it, for byte-identical reruns."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    SOURCE_DATE_EPOCH (seconds; or `epoch`, the submitting process's, in a sweep worker) pins
+    it, for byte-identical reruns."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") if epoch is None else epoch
     t = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() \
         else datetime.now(timezone.utc)
     return t.strftime("%Y%m%d-%H%M%S")
