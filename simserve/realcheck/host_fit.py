@@ -236,7 +236,7 @@ def main(argv=None) -> int:
                           if (p[:, 3] == k).any()))
     factor = fit_factor(np.concatenate(list(pts.values())))
     a_us, b_us, c_us = host_step(a.root, factor)
-    fe = {"in_us": 4000.0, "in_per_token_us": 2.5, "out_us": 20.0, "out_per_output_us": 30.0,
+    fe = {"in_us": 4000.0, "in_per_token_us": 2.5, "out_us": 50.0, "out_per_output_us": 30.0,
           "in_delay_us": 9000.0, "out_delay_us": 2000.0}
     if a.frontend:
         fe = frontend_search(a.root, fe)
