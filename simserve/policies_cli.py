@@ -30,10 +30,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from simserve.policy_reference import policy_doc
+    from simserve.policy_reference import HOST_PATH, policy_doc
     d = policy_doc(args.name)  # an unknown name is a ConfigError with "did you mean"
     print(_wrap(f"{d.name}: {d.summary}", ""))
     print(_wrap(f"source: {d.source}", ""))
+    if d.name in HOST_PATH:
+        print(_wrap(f"engine and host path: {HOST_PATH[d.name]}", ""))
     print(_wrap(f"config: {d.config}; set options in an experiment's `policies:` list, "
                 f"e.g. `- {{name: {d.name}, {d.options[0].name}: ...}}`", ""))
     for o in d.options:

@@ -58,6 +58,26 @@ SUMMARIES = {
                 "the fewest SMs that meet the TBT",
                 "MuxWise (ASPLOS'26; SGLang `--enable-pdmux`), as ConfluxServe §8.1 ran it"),
 }
+# The serving engine each design ran on in its paper, and the host path simserve charges it
+# (simserve/cost/host.py): only vLLM's was measured (validation/vllm-h200).
+HOST_PATH = {
+    "vllm": "vLLM V1; pays vLLM 0.22.1's measured host path (`engine`: default where measured, "
+            "i.e. h200-sxm; `engine: vllm` on derived profiles)",
+    "sarathi": "Sarathi-Serve's vLLM fork; the same vLLM host path as `vllm`",
+    "chunked": "vLLM 0.15.1 (ConfluxServe §8.1); the same vLLM host path as `vllm` (0.22.1's, "
+               "the only one measured)",
+    "neo": "SwiftLLM (NEO's own engine), not measured: the profile's generic per-step "
+           "overheads, no front end",
+    "dualpace": "DualPace's own Python/PyTorch engine behind FastAPI/Uvicorn (§5), not "
+                "measured: generic per-step overheads, no front end",
+    "conflux": "vLLM (ConfluxServe §7), but a different engine loop: generic per-step overheads "
+               "for every design it is compared with, no front end",
+    "loongserve": "LoongServe's own engine (LightLLM-based), not measured: generic overheads, "
+                  "no front end",
+    "distserve": "vLLM's disaggregated serving (ConfluxServe §8.1); generic overheads like the "
+                 "designs it is compared with, no front end",
+    "muxwise": "SGLang (`--enable-pdmux`), not measured: generic overheads, no front end",
+}
 _SECTION = re.compile(r"#\s*--")
 
 
@@ -215,8 +235,9 @@ def markdown(docs: list[PolicyDoc] | None = None) -> str:
     out += [f"| [`{d.name}`](#{d.name}) | {_cell(d.summary)} | {_cell(d.source)} |"
             for d in docs]
     for d in docs:
+        host = f" Engine and host path: {HOST_PATH[d.name]}." if d.name in HOST_PATH else ""
         out += ["", f"## {d.name}", "", f"{d.summary}.", "",
-                f"Source: {d.source}. Config: `{d.config}`.", "",
+                f"Source: {d.source}. Config: `{d.config}`.{host}", "",
                 "| option | type | default | what it is |", "|---|---|---|---|"]
         out += [f"| `{o.name}` | `{_cell(o.type)}` | `{_cell(o.default)}` | {_cell(o.doc)} |"
                 for o in d.options]

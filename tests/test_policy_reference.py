@@ -15,7 +15,8 @@ import pytest
 
 from simserve import cli
 from simserve.policies import builtin_policies, get_policy, policy_names
-from simserve.policy_reference import SUMMARIES, all_policy_docs, config_options, markdown
+from simserve.policy_reference import (HOST_PATH, SUMMARIES, all_policy_docs, config_options,
+                                       markdown)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,6 +36,7 @@ def test_every_option_of_every_policy_is_documented():
 
 def test_every_builtin_policy_has_a_summary_and_every_field_is_listed():
     assert set(SUMMARIES) == set(builtin_policies())
+    assert set(HOST_PATH) == set(builtin_policies())  # every design says which engine it ran on
     for d in all_policy_docs(builtin_only=True):
         cls, _ = get_policy(d.name)
         assert [o.name for o in d.options] == [f.name for f in dataclasses.fields(cls)]
