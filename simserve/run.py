@@ -81,6 +81,9 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         kv_blocks_in_use_at_end=[e.pool.num_used for e in engines],
         kv_capacity_blocks=[e.pool.num_blocks for e in engines],
     )
+    counters = collect_counters(engines, table.num_emitted)
+    if counters:
+        stats["counters"] = counters
     pts = [e.prefill_tokens for e in engines if hasattr(e, "prefill_tokens")]
     if pts:
         stats["prefill_tokens_computed"] = int(sum(pts))
@@ -97,6 +100,23 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         table.retire(table.n)
         return SimResult(None, rec, stats)
     return SimResult(table.records(), rec, stats)
+
+
+def collect_counters(engines, num_output_tokens: int) -> dict:
+    """Every engine's `counters()` summed per key (engines without one are skipped), plus
+    `cpu_token_share`, the share of output tokens decoded on a CPU tier, where engines report
+    `num_cpu_tokens`."""
+    out: dict = {}
+    for e in engines:
+        fn = getattr(e, "counters", None)
+        if not callable(fn):
+            continue
+        for k, v in fn().items():
+            out[k] = out.get(k, 0) + v
+    if "num_cpu_tokens" in out:
+        out["cpu_token_share"] = out["num_cpu_tokens"] / num_output_tokens \
+            if num_output_tokens else 0.0
+    return out
 
 
 def _progress_bar(progress, n: int, desc: str):
