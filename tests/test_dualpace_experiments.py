@@ -73,3 +73,25 @@ def test_ratio_text_censoring():
     assert r(_cap(math.nan, True, lo=2.0), _cap(4.0)) == "≤ 0.50"
     assert r(_cap(8.0, True), _cap(8.0, True)) == "—"
     assert r(None, _cap(2.0)) == "—"
+
+
+def test_h20_files_carry_vllm_at_dualpace_token_limit():
+    # issue 13 §1's ablation: on the H20 settings vLLM also runs at DualPace's own profiled
+    # GPU batched-token limit (§4.3), whatever the profile derives it to be
+    from simserve.hardware.setup import resolve_hardware
+    from simserve.models import get_model
+    from simserve.policies.dualpace import controls
+    pr = _paper_rates()
+    for stem, (_, _, tp, _) in pr.PAPER.items():
+        cfg = load_experiment(DIR / f"{stem}.yaml")
+        by_label = {p.label: p for p in cfg.policies}
+        if cfg.hardware.gpu != "h20":
+            assert pr.ABLATION not in by_label
+            continue
+        hw = resolve_hardware(cfg.hardware)
+        limit = controls.gpu_token_limit_from(hw.gpu, get_model(cfg.model), tp)
+        ab = by_label[pr.ABLATION]
+        assert ab.name == "vllm" and ab.config.tp == tp
+        assert ab.config.max_num_batched_tokens == limit
+        assert by_label["vllm"].config.max_num_batched_tokens is None   # its own default, 8,192
+        assert ab.config.enable_prefix_caching is False
