@@ -87,3 +87,16 @@ def test_neo_counters_match_the_tokens_the_table_marks_on_cpu():
     assert marked > 0 and c["num_cpu_tokens"] == marked
     assert c["num_cpu_batches"] > 0 and c["num_prefill_to_cpu"] > 0
     assert c["num_prefill_to_gpu"] + c["num_prefill_to_cpu"] == wl.num_requests
+
+
+def test_pool_sizes_and_peaks_in_the_counters_are_the_run_stats():
+    cfg = load_experiment(SMOKE, ["policies=[{name: dualpace}, {name: neo}]",
+                                  "workload.rates=[3.0]"])
+    wl = make_workload(cfg, 3.0, 0)
+    for p in cfg.policies:
+        res = simulate_point(wl, cfg.model, cfg.hardware, p.name, p.config)
+        c, st = res.stats["counters"], res.stats
+        assert c["num_gpu_blocks"] == st["kv_capacity_blocks"][0]
+        assert c["gpu_kv_peak_blocks"] == st["peak_kv_blocks"][0] == c["num_gpu_blocks"]
+        if p.name == "dualpace":      # run.py lists the host pool as the CPU engine's
+            assert c["host_kv_peak_blocks"] == st["peak_kv_blocks"][1] > 0

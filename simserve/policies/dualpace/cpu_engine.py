@@ -37,7 +37,7 @@ class CpuEngine:
         return {"num_cpu_batches": self.num_batches, "num_cpu_tokens": self.num_tokens,
                 "cpu_busy_s": self.busy_s, "num_full_cpu_batches": full,
                 "num_split_final_batches": split, "num_fused_assist_batches": fused,
-                "host_kv_peak_blocks": self.pool.peak_used}
+                "num_cpu_blocks": self.pool.num_blocks, "host_kv_peak_blocks": self.pool.peak_used}
 
     def _select(self) -> list[int]:
         st, t = self.st, self.ctx.table

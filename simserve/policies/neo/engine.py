@@ -254,6 +254,7 @@ class NeoEngine:
     def counters(self) -> dict:
         return {"num_gpu_blocks": self.gpu_pool.num_blocks,
                 "num_cpu_blocks": self.host_pool.num_blocks,
+                "gpu_kv_peak_blocks": self.gpu_pool.peak_used,
                 "host_kv_peak_blocks": self.host_pool.peak_used,
                 "host_kv_blocks_in_use_at_end": self.host_pool.num_used,
                 "itm_blocks_in_use_at_end": self.itm_pool.num_used,
