@@ -100,3 +100,11 @@ def test_pool_sizes_and_peaks_in_the_counters_are_the_run_stats():
         assert c["gpu_kv_peak_blocks"] == st["peak_kv_blocks"][0] == c["num_gpu_blocks"]
         if p.name == "dualpace":      # run.py lists the host pool as the CPU engine's
             assert c["host_kv_peak_blocks"] == st["peak_kv_blocks"][1] > 0
+
+
+def test_points_with_different_counters_stay_one_curve():
+    from simserve.capacity import group_records
+    recs = [{"policy": "dualpace", "request_rate": r, "mean_ttft_ms": 1.0,
+             "counters": {"num_cpu_tokens": n}} for r, n in ((1.0, 0), (2.0, 7))]
+    (g, members), = group_records(recs)
+    assert g == {"policy": "dualpace"} and len(members) == 2
