@@ -95,3 +95,20 @@ def test_h20_files_carry_vllm_at_dualpace_token_limit():
         assert ab.config.max_num_batched_tokens == limit
         assert by_label["vllm"].config.max_num_batched_tokens is None   # its own default, 8,192
         assert ab.config.enable_prefix_caching is False
+
+
+def test_counters_at_the_knee():
+    spec = importlib.util.spec_from_file_location("counters", DIR / "counters.py")
+    c = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(c)
+    rates = [1.0, 2.0, 3.0]
+    assert c.knee_rate(rates, _cap(2.4)) == 3.0                  # first rate at or above it
+    assert c.knee_rate(rates, _cap(3.0, True)) == 3.0            # never crossed: the last
+    assert c.knee_rate(rates, _cap(math.nan, True, lo=1.0)) == 1.0   # failed at once
+    recs = [{"policy": "dualpace", "request_rate": r,
+             "counters": {"cpu_token_share": r / 10, "num_cpu_batches": int(r),
+                          "num_prefill_to_cpu": 0, "num_swap_out": 1, "num_swap_in": 2}}
+            for r in rates] + [{"policy": "vllm", "request_rate": 1.0}]
+    assert c.at_knee(recs, "dualpace", _cap(2.4)) == "CPU 30.0 %, 3 b, P2C 0, swaps 1/2 at 3"
+    assert c.at_knee(recs, "vllm", _cap(2.4)) == "—"
+    assert c.grid_max(recs, "dualpace")["num_cpu_batches"] == 3

@@ -40,19 +40,20 @@ def knee_rate(rates, cap) -> float | None:
 
 
 def short(c: dict | None) -> str:
-    """'CPU 23.1 % · 510 batches · P2C 115 · swaps 10/74' (what the CPU tier did)."""
+    """'CPU 23.1 %, 510 b, P2C 115, swaps 10/74': the share of output tokens decoded on the
+    CPU, CPU batches, Prefill-to-CPU requests, swap-outs / swap-ins."""
     if not c:
         return "—"
     share = c.get("cpu_token_share", 0.0)
-    return (f"CPU {100 * share:.1f} % · {c.get('num_cpu_batches', 0)} batches · "
-            f"P2C {c.get('num_prefill_to_cpu', 0)} · swaps {c.get('num_swap_out', 0)}/"
+    return (f"CPU {100 * share:.1f} %, {c.get('num_cpu_batches', 0)} b, "
+            f"P2C {c.get('num_prefill_to_cpu', 0)}, swaps {c.get('num_swap_out', 0)}/"
             f"{c.get('num_swap_in', 0)}")
 
 
 def at_knee(records: list[dict], policy: str, cap) -> str:
     per = by_rate(records, policy)
     k = knee_rate(per, cap)
-    return "—" if k is None else f"{short(per[k])} @ {k:g}"
+    return "—" if k is None else f"{short(per[k])} at {k:g}"
 
 
 def grid_max(records: list[dict], policy: str) -> dict:

@@ -42,7 +42,7 @@ TARGET_TEXT = {NL: "normalized latency ≤ 1 s/token", TTFT: "P99 TTFT ≤ 5 s",
                ITL1: "P99 ITL ≤ 1 s"}
 POLICIES = ("vllm", "neo", "dualpace")
 NAMES = {"vllm": "vLLM", "neo": "NEO", "dualpace": "DualPace",
-         "vllm-dplimit": "vLLM @ DualPace's token limit"}
+         "vllm-dplimit": "vLLM @ DP limit"}   # vLLM at DualPace's GPU token limit
 ABLATION = "vllm-dplimit"   # H20 YAMLs: vLLM at DualPace's profiled GPU token limit (512 / 1,024)
 
 # The paper's DualPace/vLLM and DualPace/NEO per target: a number where §6.2-6.3 and App. C give
@@ -212,7 +212,7 @@ def figure_tables(workloads=("trace",), markdown: bool = True) -> str:
         head = ["setting"] + (["workload"] if len(workloads) > 1 else []) + [
             "rates", "vLLM", "NEO", "DualPace", "DualPace / vLLM (paper)",
             "DualPace / NEO (paper)", NAMES[ABLATION], f"DualPace / {NAMES[ABLATION]}",
-            "DualPace's CPU tier at its knee", "NEO's CPU tier at its knee"]
+            "DualPace CPU tier at its knee", "NEO CPU tier at its knee"]
         rows = []
         for s, (panel_, title, _, paper) in PAPER.items():
             kind = "code" if "-code-" in s else "conv"
