@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))   # this checkout's simserve, not an installed one
 HERE = ROOT / "experiments" / "dualpace"    # the experiment YAMLs
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # dualpace_counters.py beside this file
 RESULTS = ROOT / "results" / "dualpace-paper"
 from simserve.plots import declutter  # noqa: E402  (after the path insert)
 PLOTS = HERE / "plots"                      # generated, not committed (.gitignore)
@@ -43,7 +44,9 @@ TARGET_TEXT = {NL: "normalized latency ≤ 1 s/token", TTFT: "P99 TTFT ≤ 5 s",
                ITL: "P99 ITL ≤ 1.5 s", TPOT: "P99 TPOT ≤ 1.5 s", TPOT1: "P99 TPOT ≤ 1 s",
                ITL1: "P99 ITL ≤ 1 s"}
 POLICIES = ("vllm", "neo", "dualpace")
-NAMES = {"vllm": "vLLM", "neo": "NEO", "dualpace": "DualPace"}
+NAMES = {"vllm": "vLLM", "neo": "NEO", "dualpace": "DualPace",
+         "vllm-dplimit": "vLLM @ DP limit"}   # vLLM at DualPace's GPU token limit
+ABLATION = "vllm-dplimit"   # H20 YAMLs: vLLM at DualPace's profiled GPU token limit (512 / 1,024)
 
 # The paper's DualPace/vLLM and DualPace/NEO per target: a number where §6.2-6.3 and App. C give
 # one, else what the text or figure says (">1": DualPace sustains more, "<1": less, "≈1").
@@ -202,13 +205,17 @@ def figure_tables(workloads=("trace",), markdown: bool = True) -> str:
     """The paper's figures as tables: one per figure and target, a row per setting (and per
     workload when there are several)."""
     blocks = []
+    from simserve.capacity import load_records
+    from dualpace_counters import at_knee
     caps_of = {(s, w): capacities(out_dir(s, w)) for s in PAPER for w in workloads
                if (out_dir(s, w) / "summary.json").exists()}
+    recs_of = {k: load_records(out_dir(*k)) for k in caps_of}
     wl_name = {"trace": "Azure trace", "paper-means": "paper means"}
     for fig, wl, t, kinds in FIGURE_TABLES:
         head = ["setting"] + (["workload"] if len(workloads) > 1 else []) + [
             "rates", "vLLM", "NEO", "DualPace", "DualPace / vLLM (paper)",
-            "DualPace / NEO (paper)"]
+            "DualPace / NEO (paper)", NAMES[ABLATION], f"DualPace / {NAMES[ABLATION]}",
+            "DualPace CPU tier at its knee", "NEO CPU tier at its knee"]
         rows = []
         for s, (panel_, title, _, paper) in PAPER.items():
             kind = "code" if "-code-" in s else "conv"
@@ -224,7 +231,12 @@ def figure_tables(workloads=("trace",), markdown: bool = True) -> str:
                             + [caps[(t, p)].text if (t, p) in caps else "—"
                                for p in ("vllm", "neo", "dualpace")]
                             + [f"{ratio_text(d, caps.get((t, 'vllm')))} ({_paper_cell(pv)})",
-                               f"{ratio_text(d, caps.get((t, 'neo')))} ({_paper_cell(pn)})"])
+                               f"{ratio_text(d, caps.get((t, 'neo')))} ({_paper_cell(pn)})"]
+                            + [caps[(t, ABLATION)].text if (t, ABLATION) in caps else "—",
+                               ratio_text(d, caps.get((t, ABLATION)))
+                               if (t, ABLATION) in caps else "—"]
+                            + [at_knee(recs_of[(s, w)], p, caps.get((t, p)))
+                               for p in ("dualpace", "neo")])
         blocks.append(f"{fig}, {TARGET_TEXT[t]} ({wl})\n\n{_render(head, rows, markdown)}")
     return "\n\n".join(blocks)
 

@@ -95,7 +95,7 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         peak_kv_blocks=[p.peak_used for p in pools],
         kv_blocks_in_use_at_end=[p.num_used for p in pools],
         kv_capacity_blocks=[p.num_blocks for p in pools],
-        counters=engine_counters(dep.engines),
+        counters=collect_counters(dep.engines, table.num_emitted),
     )
     pts = [e.prefill_tokens for e in dep.engines if e.prefill_tokens is not None]
     if pts:
@@ -119,12 +119,20 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     return SimResult(table.records(), rec, stats, trace)
 
 
-def engine_counters(engines) -> dict:
-    """Every engine's `counters()` summed per key (keys in first-seen order)."""
+def collect_counters(engines, num_output_tokens: int) -> dict:
+    """Every engine's `counters()` (policies.base.Engine) summed per key, keys in first-seen
+    order, plus `cpu_token_share`, the share of output tokens decoded on a CPU tier, where
+    engines report `num_cpu_tokens`."""
     out: dict = {}
     for e in engines:
-        for k, v in e.counters().items():
+        fn = getattr(e, "counters", None)   # an engine outside the contract may have none
+        if not callable(fn):
+            continue
+        for k, v in fn().items():
             out[k] = out.get(k, 0) + v
+    if "num_cpu_tokens" in out:
+        out["cpu_token_share"] = out["num_cpu_tokens"] / num_output_tokens \
+            if num_output_tokens else 0.0
     return out
 
 

@@ -74,3 +74,42 @@ def test_ratio_text_censoring():
     assert r(_cap(math.nan, True, lo=2.0), _cap(4.0)) == "≤ 0.50"
     assert r(_cap(8.0, True), _cap(8.0, True)) == "—"
     assert r(None, _cap(2.0)) == "—"
+
+
+def test_h20_files_carry_vllm_at_dualpace_token_limit():
+    # issue 13 §1's ablation: on the H20 settings vLLM also runs at DualPace's own profiled
+    # GPU batched-token limit (§4.3), whatever the profile derives it to be
+    from simserve.hardware.setup import resolve_hardware
+    from simserve.models import get_model
+    from simserve.policies.dualpace import controls
+    pr = _paper_rates()
+    for stem, (_, _, tp, _) in pr.PAPER.items():
+        cfg = load_experiment(DIR / f"{stem}.yaml")
+        by_label = {p.label: p for p in cfg.policies}
+        if cfg.hardware.gpu != "h20":
+            assert pr.ABLATION not in by_label
+            continue
+        hw = resolve_hardware(cfg.hardware)
+        limit = controls.gpu_token_limit_from(hw.gpu, get_model(cfg.model), tp)
+        ab = by_label[pr.ABLATION]
+        assert ab.name == "vllm" and ab.config.tp == tp
+        assert ab.config.max_num_batched_tokens == limit
+        assert by_label["vllm"].config.max_num_batched_tokens is None   # its own default, 8,192
+        assert ab.config.enable_prefix_caching is False
+
+
+def test_counters_at_the_knee():
+    spec = importlib.util.spec_from_file_location("counters", DIR / "counters.py")
+    c = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(c)
+    rates = [1.0, 2.0, 3.0]
+    assert c.knee_rate(rates, _cap(2.4)) == 3.0                  # first rate at or above it
+    assert c.knee_rate(rates, _cap(3.0, True)) == 3.0            # never crossed: the last
+    assert c.knee_rate(rates, _cap(math.nan, True, lo=1.0)) == 1.0   # failed at once
+    recs = [{"policy": "dualpace", "request_rate": r,
+             "counters": {"cpu_token_share": r / 10, "num_cpu_batches": int(r),
+                          "num_prefill_to_cpu": 0, "num_swap_out": 1, "num_swap_in": 2}}
+            for r in rates] + [{"policy": "vllm", "request_rate": 1.0}]
+    assert c.at_knee(recs, "dualpace", _cap(2.4)) == "CPU 30.0 %, 3 b, P2C 0, swaps 1/2 at 3"
+    assert c.at_knee(recs, "vllm", _cap(2.4)) == "—"
+    assert c.grid_max(recs, "dualpace")["num_cpu_batches"] == 3

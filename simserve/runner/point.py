@@ -89,6 +89,8 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
                "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
                "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
                "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
+    if res.stats.get("counters"):         # CPU-tier policies: the mechanism at work
+        summary["counters"] = res.stats["counters"]
     if stream is not None:
         summary.update(stream.summary())
         summary.update(res.stats.get("prefix_cache_summary", {}))

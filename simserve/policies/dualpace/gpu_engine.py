@@ -60,6 +60,17 @@ class GpuEngine(EngineBase):
         self.waiting.append(rid)
         self.poke()
 
+    def counters(self) -> dict:
+        """The GPU engine's mechanism counts (run.py sums every engine's into stats["counters"])."""
+        c = self.counts
+        return {"num_gpu_rounds": c["rounds"], "num_prefill_to_gpu": c["prefill_to_gpu"],
+                "num_prefill_to_cpu": c["prefill_to_cpu"], "num_swap_out": c["swap_out"],
+                "num_swap_in": c["swap_in"], "num_swap_in_marks": c["marks"],
+                "num_migration_only_rounds": c["migration_only_rounds"],
+                "num_dense_assist_calls": self.worker.num_assists,
+                "num_gpu_blocks": self.pool.num_blocks,
+                "gpu_kv_peak_blocks": self.pool.peak_used}
+
     def poke(self) -> None:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()

@@ -51,6 +51,7 @@ class NeoEngine(EngineBase):
         self.num_swap_out = self.num_swap_in = self.num_recompute = 0
         self.num_pipe = self.num_gpu_only = self.num_idle = 0
         self.cpu_tokens = 0
+        self.num_p2g = self.num_p2c = self.num_cpu_batches = 0
         self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
 
     def enqueue(self, rid: int) -> None:
@@ -169,7 +170,10 @@ class NeoEngine(EngineBase):
         t.computed[pref] = t.num_tokens[pref]
         t.computed[r.gdec] += 1
         done = t.emit(np.concatenate((pref, r.gdec)), self.clock)
+        self.num_p2g += len(r.pref_gpu)
+        self.num_p2c += len(r.pref_cpu)
         if len(r.cdec):
+            self.num_cpu_batches += 1           # an iteration with CPU attention in it
             t.computed[r.cdec] += 1
             done = np.concatenate((done, t.emit(r.cdec, self.clock, on_cpu=True)))
             self.cpu_tokens += len(r.cdec)
@@ -265,6 +269,7 @@ class NeoEngine(EngineBase):
     def counters(self) -> dict:
         return {"num_gpu_blocks": self.gpu_pool.num_blocks,
                 "num_cpu_blocks": self.host_pool.num_blocks,
+                "gpu_kv_peak_blocks": self.gpu_pool.peak_used,
                 "host_kv_peak_blocks": self.host_pool.peak_used,
                 "host_kv_blocks_in_use_at_end": self.host_pool.num_used,
                 "itm_blocks_in_use_at_end": self.itm_pool.num_used,
@@ -272,4 +277,5 @@ class NeoEngine(EngineBase):
                 "num_gpu_only_iterations": self.num_gpu_only,
                 "num_idle_rounds": self.num_idle, "num_swap_out": self.num_swap_out,
                 "num_swap_in": self.num_swap_in, "num_recompute_victims": self.num_recompute,
-                "num_cpu_tokens": self.cpu_tokens}
+                "num_cpu_tokens": self.cpu_tokens, "num_cpu_batches": self.num_cpu_batches,
+                "num_prefill_to_gpu": self.num_p2g, "num_prefill_to_cpu": self.num_p2c}
