@@ -82,7 +82,7 @@ def test_h20_files_carry_vllm_at_dualpace_token_limit():
     from simserve.hardware.setup import resolve_hardware
     from simserve.models import get_model
     from simserve.policies.dualpace import controls
-    pr = _paper_rates()
+    pr = _dualpace_paper()
     for stem, (_, _, tp, _) in pr.PAPER.items():
         cfg = load_experiment(DIR / f"{stem}.yaml")
         by_label = {p.label: p for p in cfg.policies}
@@ -99,7 +99,8 @@ def test_h20_files_carry_vllm_at_dualpace_token_limit():
 
 
 def test_counters_at_the_knee():
-    spec = importlib.util.spec_from_file_location("counters", DIR / "counters.py")
+    spec = importlib.util.spec_from_file_location(
+        "dualpace_counters", DIR.parents[1] / "benchmarks" / "dualpace_counters.py")
     c = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(c)
     rates = [1.0, 2.0, 3.0]
