@@ -154,6 +154,13 @@ class GpuCostModel:
         t = np.arange(n + 1, dtype=np.float64)
         dense = sum(c(t) for c in self.ops.dense.values()) + 2.0 * self.allreduce_us(t)
         dense[0] = 0.0
+        sizes = [c for c in (self.host.capture_sizes if self.host is not None else ())
+                 if c <= self.graph_max]
+        if sizes:  # a CUDA-graph replay runs the batch padded to the next captured size
+            caps = np.asarray(sizes, dtype=np.float64)
+            at_caps = sum(c(caps) for c in self.ops.dense.values()) + 2.0 * self.allreduce_us(caps)
+            k = np.arange(1, min(n, int(caps[-1])) + 1)
+            dense[k] = at_caps[np.searchsorted(caps, k)]
         lm = np.asarray(self.ops.lm_head(t))
         lm[0] = 0.0
         self._dense = dense.tolist()     # per layer, µs, indexed by tokens (incl. all-reduces)

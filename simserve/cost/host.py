@@ -44,6 +44,7 @@ class EngineHost:
     gpu_factor: tuple = ()
     frontend: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
+    capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
 
     @property
     def ideal(self) -> bool:
@@ -108,4 +109,5 @@ def engine_host(profile, engine: str | None, version: str | None = None) -> Engi
                       step_per_seq_us=float(m.get("step_per_seq_us", 0.0)),
                       step_per_token_us=float(m.get("step_per_token_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
-                      frontend=m.get("frontend"), attention=m.get("attention"))
+                      frontend=m.get("frontend"), attention=m.get("attention"),
+                      capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())))

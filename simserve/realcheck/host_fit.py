@@ -220,6 +220,8 @@ def frontend_search(root: str, start: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    from simserve.cost.host import engine_host
+    from simserve.hardware.profile import load_profile
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=ROOT)
@@ -241,6 +243,8 @@ def main(argv=None) -> int:
     if a.frontend:
         fe = frontend_search(a.root, fe)
     print("engines:\n  vllm-0.22.1:\n    async_scheduling: true")
+    caps = engine_host(load_profile("h200-sxm"), "vllm").capture_sizes
+    print(f"    cudagraph_capture_sizes: {list(caps)}")
     print(f"    step_us: {a_us}\n    step_per_seq_us: {b_us}\n    step_per_token_us: {c_us}")
     print(f"    gpu_in_situ:\n      tokens: {KNOTS}\n      factor: {factor}")
     print("    frontend: " + json.dumps(fe))
