@@ -445,7 +445,7 @@ class ChunkedEngine:
 
     def _admit_cached(self, ids, n):
         t, bs = self.ctx.table, self.pool.block_size
-        left = self.budget - int(n.sum())
+        left = self.budget - (sum(n.tolist()) if len(n) <= SMALL_BATCH else int(n.sum()))
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
