@@ -64,5 +64,6 @@ class XpInstance(SpRanksEngine):
             np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
             self._rank_max())
         dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+        self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 
