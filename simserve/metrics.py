@@ -10,7 +10,6 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from simserve.sim.records import RequestRecords
 
@@ -150,6 +149,7 @@ def request_slo(records: RequestRecords, slo: SLO) -> pd.DataFrame:
     """Per request: `slo_met` (C_i), `num_late_tokens` (missing tokens count as late),
     `first_late_token` (1-based k of the first late token, 0 if none) and `max_lateness_s`
     (max_k t_{i,k} - d_{i,k}: negative = slack left, NaN if a token is missing)."""
+    import pandas as pd  # only where a frame is built: summaries need numpy alone
     d = _derive(records)
     n = len(records.arrival_s)
     off = np.asarray(records.token_offsets, dtype=np.int64)
@@ -179,6 +179,7 @@ def request_frame(records: RequestRecords, slo: SLO | None = None) -> pd.DataFra
     when the client sent it (later under max_concurrency; latencies count from it). ttft_s is
     filled once the first token arrived; the other
     latencies are NaN for unfinished requests; slo_met appears only when `slo` is given."""
+    import pandas as pd  # only where a frame is built: summaries need numpy alone
     d = _derive(records)
     n = len(records.arrival_s)
     frame = pd.DataFrame({

@@ -11,6 +11,7 @@ import urllib.error
 from pathlib import Path
 
 import numpy as np
+import pandas  # noqa: F401  (the readers import it on first use; the timings below are the parse)
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -302,8 +303,9 @@ def test_dualpace_synthetic_precomputed_scales():
         assert SYNTHETIC[name] == b.scaled_to_means(name, pm, om, SYNTHETIC[name].source)
 
 
-def test_build_trace_order_and_cache(monkeypatch):
+def test_build_trace_order_and_cache(monkeypatch, tmp_path):
     path = shared(AZ_CONV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty disk cache: one parse
     calls = []
     real = build_mod.read_trace
     monkeypatch.setattr(build_mod, "read_trace", lambda p: calls.append(p) or real(p))

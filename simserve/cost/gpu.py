@@ -251,6 +251,8 @@ class GpuCostModel:
         asynchronous scheduling (the host prepares the next step while the GPU runs this
         one), added otherwise."""
         if self.overlap:
+            if type(forward_us) is float:  # one step: np.maximum's result as a plain float
+                return forward_us if forward_us >= host_us else float(np.maximum(host_us, forward_us))
             return np.maximum(host_us, forward_us)
         return host_us + forward_us
 
@@ -320,13 +322,17 @@ class GpuCostModel:
                 add(b * (sqrt(1.0 + x * x) / sqrt(1.0 + xe * xe)) + dense)
         else:
             attn = [b + dense for b in base]
+        # forward, then its combination with the host work (as `_combine`), in one pass
         if graph:
-            fwd = [((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm) * situ for v in attn]
-        else:
-            fwd = [(L * (v if v >= la else la) + lm) * situ for v in attn]
-        if self.overlap:   # the same combination as `_combine`
-            return [(f if f >= host else host) * 1e-6 for f in fwd]
-        return [(host + f) * 1e-6 for f in fwd]
+            if self.overlap:
+                return [(f if (f := ((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm)
+                              * situ) >= host else host) * 1e-6 for v in attn]
+            return [(host + ((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm) * situ)
+                    * 1e-6 for v in attn]
+        if self.overlap:
+            return [(f if (f := (L * (v if v >= la else la) + lm) * situ) >= host else host)
+                    * 1e-6 for v in attn]
+        return [(host + (L * (v if v >= la else la) + lm) * situ) * 1e-6 for v in attn]
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads

@@ -115,6 +115,7 @@ class Grid:
     _warned: bool = field(default=False, repr=False)
     _py: tuple = field(default=None, repr=False)
     _plans: dict = field(default=None, repr=False)
+    _sx: dict = field(default=None, repr=False)  # scalar()'s work that depends on x alone
 
     def __post_init__(self) -> None:
         self.xs = np.asarray(self.xs, dtype=np.float64)
@@ -150,18 +151,25 @@ class Grid:
             self._py = (self._lx.tolist(), self._ly.tolist(), self._lt.tolist(),
                         (float(self.xs[0]), float(self.xs[-1]), float(self.ys[0]),
                          float(self.ys[-1])))
+            self._sx = {}
         lxs, lys, lts, (xs0, xs1, ys0, ys1) = self._py
-        xc = min(max(x, xs0), xs1)
+        px = self._sx.get(x)
+        if px is None:  # the row and its weight, cached per x (batch sizes, chunk lengths)
+            xc = min(max(x, xs0), xs1)
+            lx = math.log2(max(xc, 1.0))
+            i = min(max(bisect.bisect_right(lxs, lx) - 1, 0), len(lxs) - 1)
+            px = (i, (lx - lxs[i]) / (lxs[i + 1] - lxs[i]) if i < len(lxs) - 1 else None)
+            if len(self._sx) > 65536:
+                self._sx.clear()
+            self._sx[x] = px
+        i, wx = px
         yc = min(max(y, ys0), ys1)
-        lx = math.log2(max(xc, 1.0))
         ly = math.log2(max(yc, 1.0))
         j = min(max(bisect.bisect_right(lys, ly) - 1, 0), len(lys) - 2)
         wy = (ly - lys[j]) / (lys[j + 1] - lys[j])
-        i = min(max(bisect.bisect_right(lxs, lx) - 1, 0), len(lxs) - 1)
         r0 = lts[i][j] + wy * (lts[i][j + 1] - lts[i][j])
-        if i < len(lxs) - 1:
+        if wx is not None:
             r1 = lts[i + 1][j] + wy * (lts[i + 1][j + 1] - lts[i + 1][j])
-            wx = (lx - lxs[i]) / (lxs[i + 1] - lxs[i])
             r0 = (1.0 - wx) * r0 + wx * r1
         out = math.exp(r0)
         if y > ys1:

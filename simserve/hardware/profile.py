@@ -22,6 +22,7 @@ import yaml
 from simserve.errors import ConfigError, did_you_mean
 from simserve.hardware.attention import decode_fn, prefill_fn
 from simserve.hardware.functions import Affine, Curve
+from simserve.parsed_cache import cached_parse
 from simserve.paths import REPO_ROOT, shipped_profile_dir, user_profile_dirs
 
 SCHEMA = "simserve-hwprofile/1"
@@ -191,9 +192,13 @@ def _read_yaml(p: Path):
     st = p.stat()
     key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
     if key not in _PARSED:
-        with open(p) as f:
-            _PARSED[key] = yaml.load(f, Loader=_LOADER)
+        _PARSED[key] = cached_parse(p, "hwprofile", _parse_yaml)
     return _PARSED[key]
+
+
+def _parse_yaml(p: Path):
+    with open(p) as f:
+        return yaml.load(f, Loader=_LOADER)
 
 
 def _parse(p: Path, expect_kind: str | None) -> HardwareProfile:

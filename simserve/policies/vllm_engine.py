@@ -506,7 +506,7 @@ class ChunkedEngine(EngineBase):
 
     def _admit_cached(self, ids, n):
         t, bs = self.ctx.table, self.pool.block_size
-        left = self.budget - int(n.sum())
+        left = self.budget - (sum(n.tolist()) if len(n) <= SMALL_BATCH else int(n.sum()))
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.config import ExperimentConfig, PolicySpec
 from simserve.runner.storage import (atomic_folder, out_lock, records_frame, write_config,
@@ -30,16 +28,35 @@ class Point:
     seed: int
 
 
-@dataclass
 class PointResult:
-    point: Point
-    summary: dict           # metrics (vllm bench names) + identifying keys
-    requests: pd.DataFrame  # one row per request
-    stats: dict             # simulator statistics (wall time, iterations, KV sizes)
-    timeseries: pd.DataFrame | None = None  # per scheduling event: running, waiting, KV, tokens
+    """One point's results: `summary` (metrics, vllm bench names, and identifying keys),
+    `requests` (one row per request; None when streamed), `stats` (simulator statistics) and
+    `timeseries` (per scheduling event: running, waiting, KV, tokens). The two frames may be
+    handed in as zero-argument functions: they are built (and pandas imported) on first use,
+    so a run that only prints its table never builds them."""
+
+    def __init__(self, point: Point, summary: dict, requests, stats: dict, timeseries=None):
+        self.point, self.summary, self.stats = point, summary, stats
+        self._requests, self._timeseries = requests, timeseries
+
+    @property
+    def requests(self) -> pd.DataFrame | None:
+        if callable(self._requests):
+            self._requests = self._requests()
+        return self._requests
+
+    @property
+    def timeseries(self) -> pd.DataFrame | None:
+        if callable(self._timeseries):
+            self._timeseries = self._timeseries()
+        return self._timeseries
 
     def summary_frame(self) -> pd.DataFrame:
+        import pandas as pd
         return pd.DataFrame([self.summary])
+
+    def __repr__(self) -> str:
+        return f"PointResult({self.point!r}, {self.summary!r})"
 
 
 def points(cfg: ExperimentConfig) -> list[Point]:
@@ -94,11 +111,12 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
     if stream is not None:
         summary.update(stream.summary())
         summary.update(res.stats.get("prefix_cache_summary", {}))
-        return PointResult(pt, summary, None, res.stats, res.recorder.frame())
+        return PointResult(pt, summary, None, res.stats, res.recorder.frame)
     summary.update(summarize(res.records, cfg.slo))
     summary.update(res.stats.get("prefix_cache_summary", {}))
-    frame = label(request_frame(res.records, cfg.slo))
-    return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
+    records = res.records
+    return PointResult(pt, summary, lambda: label(request_frame(records, cfg.slo)), res.stats,
+                       res.recorder.frame)
 
 
 def run_date(epoch: str | None = None) -> str:
@@ -173,8 +191,10 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                     bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
                 trace = None if trace_events is None else \
                     trace_path(trace_events, pt, len(pts) > 1)
-                results.append(run_point(cfg, pt, hardware, requests_sink=sink,
-                                         progress=point_bar, trace_events=trace))
+                same = (pt.rate, pt.seed) == (cfg.workload.rates[0], cfg.workload.seeds[0])
+                results.append(run_point(cfg, pt, hardware, workload=first if same else None,
+                                         requests_sink=sink, progress=point_bar,
+                                         trace_events=trace))
                 if bar:
                     bar.update()
         finally:
@@ -209,6 +229,7 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     """Write summary.json, summary.csv, requests.csv, config.yaml (resolved) with its hash,
     into a temporary sibling folder renamed to `out` only when everything is written."""
     out = out.resolve()
+    import pandas as pd
     with atomic_folder(out) as tmp:
         pd.concat([r.requests for r in results], ignore_index=True).to_csv(
             tmp / "requests.csv", index=False, float_format="%.9g")

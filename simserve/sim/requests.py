@@ -24,6 +24,16 @@ if TYPE_CHECKING:  # type-only: the core is handed these specs, it imports nothi
 SMALL = 48  # up to this many ids per call, loop over plain ints instead of numpy calls
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _finished(ids: list, generated: list, output: list) -> np.ndarray:
+    """The ids whose generated count reached their output length, in order (plain ints: a
+    boolean index built from a list costs more than the comparison)."""
+    done = [r for r, x, o in zip(ids, generated, output) if x >= o]
+    return np.array(done, dtype=np.int64) if done else _NONE
+
+
 class RequestTable:
     def __init__(self, w: Workload, token_window: int | None = None, retire_chunk: int = 8192):
         n = w.num_requests
@@ -144,7 +154,7 @@ class RequestTable:
             g = [x + 1 for x in g]
             self.generated[ids] = g
             self.num_tokens[ids] += 1
-            done = ids[[x >= o for x, o in zip(g, self.output[ids].tolist())]]
+            done = _finished(il, g, self.output[ids].tolist())
             if len(done):
                 self.finish[done] = t
                 self.num_finished += len(done)
@@ -222,7 +232,7 @@ class RequestTable:
         if generated is not None:
             g = [x + k for x in g]
             self.generated[ids] = g
-            done = ids[[x >= o for x, o in zip(g, self.output[ids].tolist())]]
+            done = _finished(ids.tolist(), g, self.output[ids].tolist())
         else:
             g = g + k
             self.generated[ids] = g

@@ -4,7 +4,8 @@ Order: load -> tile -> first N (from `start`) -> drop over-long requests (`overl
 the default) -> arrivals -> or cap at max context (`overlong: cap`). Dropping comes before the
 arrival process, so the requests that remain arrive at exactly `rate`. Parsed trace files
 are cached per process, keyed by (path, mtime, size), so a sweep over rates parses each file
-once; the cached arrays are read-only and every transform returns new arrays.
+once, and on disk by content (`simserve.parsed_cache`), so a new process need not parse (nor
+import pandas) again; the cached arrays are read-only and every transform returns new arrays.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from simserve.errors import ConfigError, did_you_mean
+from simserve.parsed_cache import cached_parse
 from simserve.workload.manifest import load_manifest, resolve_trace
 from simserve.workload.readers import read_trace
 from simserve.workload.spec import Workload
@@ -38,13 +40,31 @@ def load_trace(path: str | Path) -> Workload:
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
-    w = read_trace(path)
+    w = cached_parse(path, "trace", read_trace, _encode, _decode)
     for arr in (w.arrival_s, w.prompt_tokens, w.output_tokens):
         arr.flags.writeable = False
     _cache[key] = w
     while len(_cache) > _CACHE_MAX:
         _cache.popitem(last=False)
     return w
+
+
+_ARRAYS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def _encode(w: Workload) -> dict:
+    """A parsed trace as marshal-able data (see `simserve.parsed_cache`)."""
+    d = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
+    for k in _ARRAYS:
+        d[k] = (d[k].dtype.str, d[k].tobytes())
+    return d
+
+
+def _decode(d: dict) -> Workload:
+    for k in _ARRAYS:
+        dtype, data = d[k]
+        d[k] = np.frombuffer(data, dtype=dtype)
+    return Workload(**d)
 
 
 def clear_trace_cache() -> None:

@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from simserve.errors import TraceFormatError
 from simserve.workload.spec import Workload
@@ -49,6 +48,7 @@ class _Rows:
 
 def _read_csv_strings(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
     """All cells as stripped strings, blank lines dropped; also each row's file line number."""
+    import pandas as pd  # here, not at import: a cached trace needs no pandas (parsed_cache)
     try:
         df = pd.read_csv(path, dtype=str, na_filter=False, skip_blank_lines=False,
                          encoding="utf-8-sig")
@@ -79,6 +79,7 @@ def _read_csv_strings(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFram
 
 def _token_column(df: pd.DataFrame, col: str, rows: _Rows) -> np.ndarray:
     """A strict integer column, >= 0 (callers decide what 0 means)."""
+    import pandas as pd
     s = df[col]
     empty = (s == "").to_numpy()
     rows.flag(empty, lambda i: f"missing field {col}")
@@ -115,6 +116,7 @@ def read_azure_csv(path) -> Workload:
 
     Arrivals are seconds after the first row's timestamp; `meta["start_time"]` keeps it.
     """
+    import pandas as pd
     path = Path(path)
     df, lines = _read_csv_strings(path, AZURE_COLUMNS)
     rows = _Rows(path, lines)
@@ -139,6 +141,7 @@ def read_plain_csv(path) -> Workload:
 
     Arrivals are kept as written (seconds, >= 0, non-decreasing).
     """
+    import pandas as pd
     path = Path(path)
     df, lines = _read_csv_strings(path, PLAIN_COLUMNS)
     rows = _Rows(path, lines)
