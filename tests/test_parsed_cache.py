@@ -127,3 +127,11 @@ def test_cached_run_imports_no_pandas(tmp_path):
     imported = [json.loads(r.stdout.strip().splitlines()[-1]) for r in runs]
     assert imported == [True, False]  # the first parses the CSV with pandas; the second not
     assert runs[0].stdout.splitlines()[1:-1] == runs[1].stdout.splitlines()[1:-1]
+
+
+def test_a_changed_parser_misses(cache, tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_text("41")
+    assert parsed_cache.cached_parse(f, "t", lambda p: int(p.read_text())) == 41
+    # the same file read by a parser that does something else: not the stored value
+    assert parsed_cache.cached_parse(f, "t", lambda p: int(p.read_text()) + 1) == 42
