@@ -7,7 +7,9 @@ simulated with per-request records streamed to a requests.csv in chunks (in a te
 folder), and the run summary computed. Cases:
 
 - `conv`: synthetic conversation lengths (Azure 2023 conversation shape), Poisson arrivals at
-  60 req/s, vllm on 8x H200 as one TP8 replica (which keeps up: mean TTFT < 0.1 s);
+  60 req/s, vllm on 8x H200 as eight TP1 replicas behind the least-loaded router, each with
+  its own API server (one TP8 replica's single front end no longer keeps up at 60 req/s once
+  vLLM's measured host path is priced);
 - `azure`: the Azure 2023 conversation trace tiled in time (`tile`) to the size asked for,
   its own gaps scaled (`arrival: scale`) to 60 req/s, same cluster.
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 RATE = 60.0
 HARDWARE = {"gpu": "h200-sxm", "num_gpus": 8}
-POLICY = {"name": "vllm", "tp": 8, "max_num_batched_tokens": 8192}
+POLICY = {"name": "vllm", "tp": 1, "max_num_batched_tokens": 8192}
 AZURE_CONV_REQUESTS = 19366
 
 
@@ -80,7 +82,7 @@ def main() -> int:
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    print(f"vllm TP8 on 8x H200, Llama-3.1-8B, {RATE:g} req/s, streamed records; "
+    print(f"vllm, 8 TP1 replicas on 8x H200, Llama-3.1-8B, {RATE:g} req/s, streamed records; "
           f"{os.cpu_count()} CPUs", flush=True)
     print(f"{'case':6} {'requests':>9} {'wall s':>8} {'CPU s':>8} {'us/req':>7} "
           f"{'CPU us/req':>10} {'peak MB':>8} {'csv MB':>7} {'load':>10}", flush=True)
