@@ -70,6 +70,9 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     rec = ctx.recorder
     engines = ctx.stats.pop("_engines", [])
     stats = dict(ctx.stats)
+    counters = stats.pop("_summary_counters", None)  # a policy's flat counters for the summary
+    if counters is not None:
+        stats["summary_counters"] = counters()
     stats.update(
         wall_s=time.perf_counter() - wall0,
         sim_end_s=float(env.now),

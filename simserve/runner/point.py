@@ -87,9 +87,11 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
     if stream is not None:
         summary.update(stream.summary())
         summary.update(res.stats.get("prefix_cache_summary", {}))
+        summary.update(res.stats.get("summary_counters", {}))
         return PointResult(pt, summary, None, res.stats, res.recorder.frame())
     summary.update(summarize(res.records, cfg.slo))
     summary.update(res.stats.get("prefix_cache_summary", {}))
+    summary.update(res.stats.get("summary_counters", {}))
     frame = label(request_frame(res.records, cfg.slo))
     return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
 

@@ -19,6 +19,7 @@ _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
 
 class XpInstance(SpRanksEngine):
     margin = 0.0  # dispatch headroom (ConfluxConfig.tbt_margin, resolved by the policy)
+    tracker = None  # tracking.EstimatorTracker: estimate vs actual of prefill iterations
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,6 +64,9 @@ class XpInstance(SpRanksEngine):
             n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
             np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
             self._rank_max())
+        if chunks and self.tracker is not None:  # the estimate this dispatch planned against
+            self.tracker.add(dt, self.est.iteration_time(
+                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], self._rank_max()))
         dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 

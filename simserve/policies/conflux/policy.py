@@ -14,6 +14,7 @@ from simserve.policies import register
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
 from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost, fit_paper
+from simserve.policies.conflux.tracking import EstimatorTracker
 from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
 from simserve.sim.context import SimContext
 from simserve.kv_budget import gpu_kv_budget
@@ -68,8 +69,10 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
     ctx.stats["_engines"] = [RankView(p) for x in xs for p in x.pools]
     ctx.stats["conflux"] = counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
                                        "ranks_per_instance": R, "tbt_margin": margin}
+    tracker = EstimatorTracker(cfg.tbt_ms * 1e-3)
     for x in xs:
-        x.counters = counters
+        x.counters, x.tracker = counters, tracker
+    ctx.stats["_summary_counters"] = lambda: dict(tracker.summary(), conflux_tbt_margin=margin)
     ctx.stats["estimator"] = {k: getattr(est, k) for k in
                               ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0",
                                "alpha", "beta", "literal")}
