@@ -55,6 +55,8 @@ def test_counters_reach_the_summary_and_tell_the_estimators_apart():
     cp, co = p.stats["summary_counters"], o.stats["summary_counters"]
     assert cp["conflux_prefill_iter_over_tau_share"] > co["conflux_prefill_iter_over_tau_share"]
     assert co["conflux_tbt_margin"] > 0 == cp["conflux_tbt_margin"]
+    assert (co["conflux_alpha"], co["conflux_beta"]) == (1.28, 1.28)   # the cost model's
+    assert (cp["conflux_alpha"], cp["conflux_beta"]) != (1.28, 1.28)   # fitted on mixed batches
 
 
 def test_counters_land_in_the_point_summary():

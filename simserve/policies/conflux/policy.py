@@ -72,7 +72,9 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
     tracker = EstimatorTracker(cfg.tbt_ms * 1e-3)
     for x in xs:
         x.counters, x.tracker = counters, tracker
-    ctx.stats["_summary_counters"] = lambda: dict(tracker.summary(), conflux_tbt_margin=margin)
+    ctx.stats["_summary_counters"] = lambda: dict(
+        tracker.summary(), conflux_tbt_margin=margin, conflux_alpha=est.alpha,
+        conflux_beta=est.beta)
     ctx.stats["estimator"] = {k: getattr(est, k) for k in
                               ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0",
                                "alpha", "beta", "literal")}
