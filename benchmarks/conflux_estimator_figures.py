@@ -19,6 +19,9 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
+import yaml
+
 from simserve.metrics import max_rate_meeting, sustained_goodput
 
 # folder name -> (label, τ ms, paper: ConfluxServe-FCFS, ConfluxServe, FCFS ratio, "++" ratio);
@@ -66,11 +69,27 @@ def conflux_view(rows: list[dict], goodput: float) -> dict:
             "counters_at_rate": top["request_rate"], **{k: top.get(k) for k in COUNTERS}}
 
 
-def summarize_figure(name: str, records: list[dict]) -> dict:
+def late_decode_shares(folder: Path, labels: set[str]) -> dict[tuple[str, float], float]:
+    """(label, rate) -> share of requests that met the TTFT SLO and missed a later token's
+    deadline (a decode that fell behind τ·k), from each ConfluxServe point's requests.csv."""
+    out = {}
+    for cfg_file in (folder / "points").glob("*/config.yaml"):
+        cfg = yaml.safe_load(cfg_file.read_text())
+        pol = cfg["policies"][0]
+        if pol.get("label") not in labels:
+            continue
+        f = pd.read_csv(cfg_file.parent / "requests.csv")
+        ttft_ok = f.ttft_s <= cfg["slo"]["ttft_ms"] * 1e-3
+        out[(pol["label"], float(f.request_rate.iloc[0]))] = float((ttft_ok & ~f.slo_met).mean())
+    return out
+
+
+def summarize_figure(name: str, records: list[dict], folder: Path | None = None) -> dict:
     label, tau, p_fcfs, p_slo, p_rf, p_rs = FIGURES[name]
     curves = _curves(records)
     good = {k: goodputs(v) for k, v in curves.items()}
     conflux_labels = {x for pair in CONFLUX.values() for x in pair}
+    late = late_decode_shares(folder, conflux_labels) if folder is not None else {}
     base = {k: v for k, v in good.items() if k not in conflux_labels}
     fcfs = {k: v for k, v in base.items() if "++" not in k}
     plus = {k: v for k, v in base.items() if "++" in k}
@@ -85,9 +104,13 @@ def summarize_figure(name: str, records: list[dict]) -> dict:
             if lab not in curves:
                 continue
             g = good[lab][0]
+            above = [r["request_rate"] for r in curves[lab] if r["request_rate"] > g + 1e-9]
+            fail_rate = above[0] if above else None
             out[f"{row}_{est}"] = {"label": lab, "goodput": g,
                                    "ratio": g / best[b][0] if b and best[b][0] > 0 else None,
-                                   **conflux_view(curves[lab], g)}
+                                   **conflux_view(curves[lab], g),
+                                   "first_failing_rate": fail_rate,
+                                   "ttft_met_later_token_late_share": late.get((lab, fail_rate))}
     return out
 
 
@@ -98,8 +121,10 @@ def _f(x, fmt="{:.2f}") -> str:
 def markdown(rows: list[dict]) -> str:
     head = ("| setting (τ) | row | paper's estimator: goodput / ratio | oracle: goodput / ratio | "
             "paper: goodput / ratio | best baseline | p99 ITL, paper's / oracle (τ) | "
-            "estimator MAPE / bias / share of prefill iterations over τ, paper's vs oracle |")
-    lines = [head, "|" + "---|" * 8]
+            "estimator MAPE / bias / share of prefill iterations over τ, paper's vs oracle | "
+            "first failing rate: requests with TTFT met and a later token late, paper's / "
+            "oracle |")
+    lines = [head, "|" + "---|" * 9]
     for s in rows:
         for row, paper_g, paper_r, name in (("fcfs", "conflux_fcfs", "fcfs_ratio", "FCFS"),
                                             ("slo", "confluxserve", "plus_ratio", "++")):
@@ -109,6 +134,8 @@ def markdown(rows: list[dict]) -> str:
             b = s.get(f"best_{row}_baseline") or {}
             cell = lambda v: (f"{_f(v['goodput'])} / {_f(v['ratio'])}" if v else "—")
             itl = lambda v: (f"{v['p99_itl_ms_min']:.0f}–{v['p99_itl_ms_max']:.0f}" if v else "—")
+            late = lambda v: (f"{_f(v['ttft_met_later_token_late_share'], '{:.1%}')} at "
+                              f"{_f(v['first_failing_rate'], '{:g}')}" if v else "—")
             cnt = lambda v: (f"{_f(v['conflux_estimator_mape'], '{:.1%}')} / "
                              f"{_f(v['conflux_estimator_bias'], '{:+.1%}')} / "
                              f"{_f(v['conflux_prefill_iter_over_tau_share'], '{:.0%}')}"
@@ -117,7 +144,7 @@ def markdown(rows: list[dict]) -> str:
                 f"| {s['setting']} ({s['tau_ms']} ms) | {name} | {cell(p)} | {cell(o)} | "
                 f"{_f(s['paper'][paper_g], '{:.1f}')} / {_f(s['paper'][paper_r])} | "
                 f"{b.get('label', '—')} {_f(b.get('goodput'))} | {itl(p)} / {itl(o)} | "
-                f"{cnt(p)} vs {cnt(o)} |")
+                f"{cnt(p)} vs {cnt(o)} | {late(p)} / {late(o)} |")
     return "\n".join(lines)
 
 
@@ -132,7 +159,7 @@ def main(argv=None) -> int:
     for name in FIGURES:
         f = root / name / "summary.json"
         if f.exists():
-            rows.append(summarize_figure(name, json.loads(f.read_text())))
+            rows.append(summarize_figure(name, json.loads(f.read_text()), root / name))
     print(markdown(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
