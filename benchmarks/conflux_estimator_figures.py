@@ -66,7 +66,8 @@ def conflux_view(rows: list[dict], goodput: float) -> dict:
     itl = [r["p99_itl_ms"] for r in passing]
     top = passing[-1]
     return {"p99_itl_ms_min": min(itl), "p99_itl_ms_max": max(itl),
-            "counters_at_rate": top["request_rate"], **{k: top.get(k) for k in COUNTERS}}
+            "counters_at_rate": top["request_rate"],
+            **{k: (top.get("counters") or top).get(k) for k in COUNTERS}}
 
 
 def late_decode_shares(folder: Path, labels: set[str]) -> dict[tuple[str, float], float]:

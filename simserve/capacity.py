@@ -44,7 +44,8 @@ METRIC_KEYS = _metric_keys()
 ID_KEYS = ("request_rate", "seed", "point", "workload.rates", "workload.rate", "workload.seeds",
            "workload.seed",
            # what every record says about its run (curves are named by policy and swept keys)
-           "date", "model", "gpu", "num_gpus", "policy_name", "policy_options")
+           "date", "model", "gpu", "num_gpus", "policy_name", "policy_options",
+           "counters")   # a CPU-tier policy's mechanism counts differ per point
 HIGHER_IS_BETTER = ("slo_attainment", "keep_up_ratio")  # fall as the rate grows: targets use >=
 # The goodput the paper tables use: 95 % attainment AND keeping up with the offered work
 # (issue 13 §6); plain 95 % attainment is reported beside it.

@@ -21,6 +21,8 @@ COMMANDS = {
                "simserve.workload.cli"),
     "profiles": ("hardware profiles: list, show, check, plot, controls",
                  "simserve.profiles_cli"),
+    "policies": ("serving policies: list, show NAME (every option)",
+                 "simserve.policies_cli"),
     "calibrate": ("measure kernels on this machine and fit profiles",
                   "simserve.calibrate.cli"),
     "capacity": ("highest sustainable request rate per policy for latency/SLO targets",

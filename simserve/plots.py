@@ -160,25 +160,27 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
         # Segments are drawn linear in the value, as the sustainable rate interpolates them
         # (on a log axis a plain straight segment would miss the marks).
         xd, yd = _linear_segments(c.rates[ok], y[ok])
-        ax.plot(xd, yd, "-", color=st["color"], marker=st["marker"], ms=5, lw=1.8,
-                markevery=list(np.flatnonzero(np.isin(xd, c.rates[ok]))), label=c.label,
-                zorder=3)
+        ax.plot(xd, yd, color=st["color"], marker=st["marker"], ls=st.get("ls", "-"),
+                mfc=st.get("mfc", st["color"]), mec=st["color"], alpha=st.get("alpha", 1.0),
+                ms=6 if st["marker"] in "*PX" else 5, lw=1.8,
+                markevery=list(np.flatnonzero(np.isin(xd, c.rates[ok]))),
+                label=st.get("label", c.label), zorder=3)
         if c.num_seeds > 1:
             xb, lo = _linear_segments(c.rates, c.vmin * f)
             _, hi = _linear_segments(c.rates, c.vmax * f)
             ax.fill_between(xb, lo, hi, color=st["color"], alpha=0.15, lw=0, zorder=2)
     if logy:
         ax.set_yscale("log")
-    marks = []
+    marks, fixed = [], []
     if target is not None:
         ty = target.value * f
         sym = "≤" if target.op == "<=" else "≥"
         ax.axhline(ty, color="0.25", ls="--", lw=1.2, label=f"target {sym} {_fmt_value(ty, unit)}",
                    zorder=1)
-        ax.annotate(f"target {sym} {_fmt_value(ty, unit)}", (0.01, ty),
+        fixed = [ax.annotate(f"target {sym} {_fmt_value(ty, unit)}", (0.01, ty),
                     xycoords=("axes fraction", "data"), xytext=(2, 3 if target.op == "<=" else -3),
                     textcoords="offset points", va="bottom" if target.op == "<=" else "top",
-                    fontsize=8, color="0.25")
+                    fontsize=8, color="0.25")]
         marks = _capacity_marks([c for c in capacities if c.target == target], styles, ty)
         if logy and marks:  # room above the line for the labels
             lo, hi = ax.get_ylim()
@@ -186,19 +188,18 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
     # Labels sit where a rising latency curve is not (above left of the mark); for a falling
     # attainment curve, below left.
     above = target is None or target.op == "<="
-    prev_x, stack = None, 0
-    xspan = np.ptp(ax.get_xlim()) or 1.0
+    texts = []
     for m in marks:
-        stack = stack + 1 if prev_x is not None and m["x"] - prev_x < 0.06 * xspan else 0
-        prev_x = m["x"]
         color = m["colors"][0] if len(m["colors"]) == 1 else "0.35"
         ax.plot([m["x"]], [m["y"]], m["marker"], ms=10, mfc="white", mec=color, mew=2.2,
                 zorder=5)
-        dy = (7 + 12 * stack) * (1 if above else -1)
-        ax.annotate(m["text"], (m["x"], m["y"]), xytext=(-7, dy), textcoords="offset points",
-                    ha="right", va="bottom" if above else "top", fontsize=8.5, color=color,
-                    fontweight="bold", zorder=6,
-                    bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
+        texts.append(ax.annotate(
+            m["text"], (m["x"], m["y"]), xytext=(-7, 7 if above else -7),
+            textcoords="offset points", ha="right", va="bottom" if above else "top",
+            fontsize=8.5, color=color, fontweight="bold", zorder=6,
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85)))
+    ax._simserve_value_labels = (texts, 1 if above else -1, fixed)
+    separate_labels(ax, texts, 1 if above else -1, fixed)
     bottom, top = ax.get_ylim()
     for m in marks:
         if m["marker"] == "o":  # drop a line from an exact crossing to the rate axis
@@ -212,9 +213,48 @@ def rate_curve(records, metric: str, ax=None, *, target=None, capacities=(), sty
     ax.set_ylabel(f"{short} ({unit})" if unit else short)
     ax.grid(True, which="major", alpha=0.35)
     ax.grid(True, which="minor", alpha=0.12)
-    if legend:
-        ax.legend(fontsize=8, framealpha=0.9)
+    if legend:  # outside the data, to the right
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return ax
+
+
+def separate_labels(ax, texts, direction: int = 1, fixed=(), gap_px: float = 2.0) -> None:
+    """Move value labels apart: each label that overlaps one already placed (or a `fixed`
+    text) is pushed along `direction` (+1 up, -1 down, in screen space) until it overlaps
+    none. Positions depend on the final layout: `declutter(fig)` redoes it before saving."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    pt_per_px = 72.0 / fig.dpi
+    for t in texts:   # from where the label was first put
+        if not hasattr(t, "_simserve_xyann"):
+            t._simserve_xyann = t.xyann
+        t.xyann = t._simserve_xyann
+    placed = [t.get_window_extent(renderer) for t in fixed]
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        shift = 0.0
+        while True:
+            moved = box.translated(0, shift)
+            hit = [b for b in placed if moved.overlaps(b)]
+            if not hit:
+                break
+            edge = (max(b.y1 for b in hit) - box.y0 if direction > 0
+                    else min(b.y0 for b in hit) - box.y1)
+            shift = edge + gap_px * direction
+        if shift:
+            x, y = t.xyann
+            t.xyann = (x, y + shift * pt_per_px)
+        placed.append(box.translated(0, shift))
+
+
+def declutter(fig) -> None:
+    """Lay the figure out, then move every rate plot's value labels apart for that layout
+    (call it last before saving: a layout change moves the marks the labels belong to)."""
+    fig.canvas.draw()
+    for ax in fig.axes:
+        labels = getattr(ax, "_simserve_value_labels", None)
+        if labels:
+            separate_labels(ax, labels[0], labels[1], labels[2])
 
 
 def group_label_of(cap) -> str:

@@ -14,6 +14,7 @@ from simserve.sim.cluster import Cluster
 from simserve.sim.context import ArrivalSource, Recorder, SimContext
 from simserve.sim.records import RequestRecords
 from simserve.sim.requests import RequestTable
+from simserve.sim.trace_events import TraceEvents
 from simserve.workload.spec import Workload
 
 
@@ -22,11 +23,13 @@ class SimResult:
     records: RequestRecords
     recorder: Recorder
     stats: dict = field(default_factory=dict)
+    trace: TraceEvents | None = None   # the timeline, when `trace_events` asked for one
 
 
 def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardware | HardwareConfig,
                    policy: str, policy_config=None, seed: int = 0, gpu_cost_hook=None,
-                   stream=None, progress=None, **policy_params) -> SimResult:
+                   stream=None, progress=None, trace_events=None,
+                   **policy_params) -> SimResult:
     """Simulate `workload` under `policy` until every request has finished.
 
     `policy_config` is the policy's config dataclass; or pass its fields as keyword arguments.
@@ -34,6 +37,8 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     `stream` (e.g. `simserve.metrics_stream.RecordStream`) takes finished requests in chunks
     as the run goes, so token times are not held for the whole run; `records` is then None.
     `progress`: True for a bar of finished requests (tqdm.auto), or a tqdm-like object.
+    `trace_events`: a file path to write a Chrome / Perfetto trace of every iteration and
+    transfer to (with each request's spans), or a `TraceEvents` to fill; `result.trace`.
     """
     if isinstance(model, str):
         model = get_model(model)
@@ -57,7 +62,15 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     ctx = SimContext(env=env, model=model, hardware=hardware, cluster=cluster, table=table,
                      source=source, recorder=Recorder(), rng=np.random.default_rng(seed),
                      gpu_cost_hook=gpu_cost_hook)
-    source.handler = build(ctx, cfg)
+    trace = None
+    if trace_events is not None:
+        trace = trace_events if isinstance(trace_events, TraceEvents) else \
+            TraceEvents(requests=True)
+        ctx.recorder.trace = trace
+        for ch in cluster.channels:
+            ch.trace = trace
+    dep = build(ctx, cfg)  # a policies.base.Deployment: engines started, router, stats
+    source.handler = dep.on_arrival
     env.process(source.run())
     bar = _progress_bar(progress, table.n, policy)
     if bar is not None:
@@ -68,11 +81,10 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         if bar is not None and progress is True:
             bar.close()
     rec = ctx.recorder
-    engines = ctx.stats.pop("_engines", [])
     stats = dict(ctx.stats)
-    counters = stats.pop("_summary_counters", None)  # a policy's flat counters for the summary
-    if counters is not None:
-        stats["summary_counters"] = counters()
+    stats["engines"] = dep.engine_stats
+    stats.update(dep.stats)
+    pools = dep.kv_pools
     stats.update(
         wall_s=time.perf_counter() - wall0,
         sim_end_s=float(env.now),
@@ -80,15 +92,15 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         num_iterations_stepped=rec.num_steps_scheduled,
         num_preemptions=int(table.preemptions.sum()),
         num_finished=table.num_finished,
-        peak_kv_blocks=[e.pool.peak_used for e in engines],
-        kv_blocks_in_use_at_end=[e.pool.num_used for e in engines],
-        kv_capacity_blocks=[e.pool.num_blocks for e in engines],
+        peak_kv_blocks=[p.peak_used for p in pools],
+        kv_blocks_in_use_at_end=[p.num_used for p in pools],
+        kv_capacity_blocks=[p.num_blocks for p in pools],
+        counters=collect_counters(dep.engines, table.num_emitted),
     )
-    pts = [e.prefill_tokens for e in engines if hasattr(e, "prefill_tokens")]
+    pts = [e.prefill_tokens for e in dep.engines if e.prefill_tokens is not None]
     if pts:
         stats["prefill_tokens_computed"] = int(sum(pts))
-    pcs = [s for e in engines if hasattr(e, "prefix_cache_stats")
-           for s in [e.prefix_cache_stats()] if s is not None]
+    pcs = [s for e in dep.engines for s in [e.prefix_cache_stats()] if s is not None]
     if pcs:
         from simserve.sim.prefix_cache import summarize_prefix_cache
         stats["prefix_cache"] = pcs
@@ -96,10 +108,32 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
     if table.num_finished != table.n:
         raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
                            "requests (a policy stalled)")
+    if trace is not None:
+        if stream is None:
+            trace.request_spans(table)
+        if not isinstance(trace_events, TraceEvents):
+            trace.write(trace_events)
     if stream is not None:
         table.retire(table.n)
-        return SimResult(None, rec, stats)
-    return SimResult(table.records(), rec, stats)
+        return SimResult(None, rec, stats, trace)
+    return SimResult(table.records(), rec, stats, trace)
+
+
+def collect_counters(engines, num_output_tokens: int) -> dict:
+    """Every engine's `counters()` (policies.base.Engine) summed per key, keys in first-seen
+    order, plus `cpu_token_share`, the share of output tokens decoded on a CPU tier, where
+    engines report `num_cpu_tokens`."""
+    out: dict = {}
+    for e in engines:
+        fn = getattr(e, "counters", None)   # an engine outside the contract may have none
+        if not callable(fn):
+            continue
+        for k, v in fn().items():
+            out[k] = out.get(k, 0) + v
+    if "num_cpu_tokens" in out:
+        out["cpu_token_share"] = out["num_cpu_tokens"] / num_output_tokens \
+            if num_output_tokens else 0.0
+    return out
 
 
 def _progress_bar(progress, n: int, desc: str):

@@ -91,6 +91,9 @@ def test_build_gpu_profile_from_raw_and_simulate_on_it(tmp_path):
     assert prof["ops"]["llama-3.1-70b"]["tp1"]["source"].startswith("derived")
     # TP2 of the same model was not measured: derived, not invented
     assert prof["ops"]["llama-3.1-8b"]["tp2"]["source"].startswith("derived")
+    # the serving engine's host path (measured from real vLLM, not by kernel calibration)
+    # survives a refit of the kernel tables
+    assert prof["overheads"]["engines"] == load_profile("h200-sxm").overheads["engines"]
     path = write_profile(prof, tmp_path / "test-gpu.yaml")
     p = load_profile(path)
     assert p.provenance_type == "measured"

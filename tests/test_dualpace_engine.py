@@ -45,9 +45,10 @@ class Sim:
         self.ctx = SimContext(env=env, model=LLAMA, hardware=HW, cluster=self.cluster,
                               table=self.table, source=src, recorder=Recorder(),
                               rng=np.random.default_rng(0))
-        src.handler = build(self.ctx, cfg)
+        self.dep = dep = build(self.ctx, cfg)
+        src.handler = dep.on_arrival
         env.process(src.run())
-        self.gpu, self.cpu = self.ctx.stats["_engines"]
+        self.gpu, self.cpu = dep.engines
         self.st = self.gpu.st
         self.st.log = []
         self.num_events = 0
@@ -236,7 +237,7 @@ def test_prefill_to_cpu_pcie_bytes_are_layer_copies_times_layers():
 def test_dense_assist_is_served_between_gpu_stages_and_delays_the_main_batch():
     s = Sim(_mixed(n=30, seed=5, rate=8.0), dict(TIGHT, assist_p=0, assist_f=0))
     w = s.gpu.worker
-    assert w.num_assists > 0 and s.ctx.stats["dualpace_routes"][2] > 0
+    assert w.num_assists > 0 and s.dep.stats["dualpace_routes"][2] > 0
     # every assist moved activations both ways over PCIe
     assert s.cluster.gpus[0].h2d.num_transfers >= w.num_assists
 

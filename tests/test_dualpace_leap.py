@@ -47,7 +47,7 @@ def _kv_ok(s: Sim) -> None:
 def _accounting(s: Sim) -> dict:
     g, wk, ch = s.gpu, s.gpu.worker, s.cluster.gpus[0]
     return dict(
-        counts=g.counts, cpu_batches=s.cpu.num_batches, routes=s.ctx.stats["dualpace_routes"],
+        counts=g.counts, cpu_batches=s.cpu.num_batches, routes=s.dep.stats["dualpace_routes"],
         assists=wk.num_assists, assist_busy=wk.assist_busy_s, main_busy=wk.main_busy_s,
         p2c=g.p2c_copy_bytes, gpu_peak=s.st.gpu_pool.peak_used,
         host_peak=s.st.host_pool.peak_used, cpu_busy=s.cpu.busy_s,

@@ -274,8 +274,7 @@ def _engine(w, **params):
     ctx = SimContext(env, m, HW, Cluster.build(env, HW.gpu, 1, HW.pcie, None), table,
                      ArrivalSource(env, table.arrival), Recorder(), np.random.default_rng(0))
     cls, build = get_policy("neo")
-    build(ctx, make_config("neo", params))
-    return ctx.stats["_engines"][0]
+    return build(ctx, make_config("neo", params)).engines[0]
 
 
 def _place(e, rid, tokens, where):

@@ -16,13 +16,27 @@ from simserve.sim.frontend import FrontEnd
 pytestmark = pytest.mark.skipif(not os.path.isdir(ROOT), reason="no committed real-vLLM runs")
 
 
+DEFAULT = {"llama-default", "qwen-default"}       # vLLM's defaults: the front end's fit set
+HELD_OUT = {"llama-sync", "qwen-sync",            # --no-async-scheduling
+            "llama-noprefix", "qwen-noprefix",    # --no-enable-prefix-caching
+            "llama-rerun", "qwen-rerun"}          # defaults again, and the 'short' workload
+# mean |error| % per metric (tok/s, TPOT, TTFT, P99 TTFT, ITL, P99 ITL), just above today's
+LIMITS = {"default": (1.0, 4.2, 10.5, 12.0, 3.9, 17.0),
+          "sync": (2.2, 5.3, 9.5, 11.5, 5.1, 9.9),
+          "noprefix": (1.2, 5.6, 11.2, 7.5, 6.0, 13.0),
+          "short": (2.2, 26.0, 20.0, 22.5, 28.0, 45.0)}
+METRICS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms",
+           "p99_itl_ms")
+
+
+def _mean_err(rows):
+    return {k: float(np.mean([abs(r[f"err_{k}"]) for r in rows])) for k in METRICS}
+
+
 def _summary(engine):
     # mooncake-r4 replays r2's requests right after it: the real prefix cache was warm (99.9 %
     # hits), a cold simulation cannot match it
-    rows = [r for r in score(ROOT, engine) if "mooncake-r4" not in r["plan"]]
-    return rows, {k: float(np.mean([abs(r[f"err_{k}"]) for r in rows]))
-                  for k in ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "p99_ttft_ms",
-                            "mean_itl_ms", "p99_itl_ms")}
+    return [r for r in score(ROOT, engine) if "mooncake-r4" not in r["plan"]]
 
 
 @pytest.fixture(scope="module")
@@ -31,25 +45,43 @@ def scored():
 
 
 def test_every_run_is_scored(scored):
-    (rows, _), _ = scored
-    assert len(rows) == 37
-    assert {r["server"] for r in rows} == {"llama-default", "qwen-default"}
+    rows, _ = scored
+    assert len([r for r in rows if r["server"] in DEFAULT]) == 37
+    assert {r["server"] for r in rows} == DEFAULT | HELD_OUT
+    assert len(rows) == 37 + 11 + 7 + 12
 
 
 def test_vllm_engine_stays_close_to_real_vllm(scored):
-    (_, m), _ = scored
-    assert m["output_throughput"] < 1.5
-    assert m["mean_tpot_ms"] < 5.5
-    assert m["mean_ttft_ms"] < 14.5
-    assert m["p99_ttft_ms"] < 11.5
-    assert m["mean_itl_ms"] < 4.5
-    assert m["p99_itl_ms"] < 23.0
+    rows, _ = scored
+    m = _mean_err([r for r in rows if r["server"] in DEFAULT])
+    assert m["output_throughput"] < LIMITS["default"][0]
+    assert m["mean_tpot_ms"] < LIMITS["default"][1]
+    assert m["mean_ttft_ms"] < LIMITS["default"][2]
+    assert m["p99_ttft_ms"] < LIMITS["default"][3]
+    assert m["mean_itl_ms"] < LIMITS["default"][4]
+    assert m["p99_itl_ms"] < LIMITS["default"][5]
+
+
+@pytest.mark.parametrize("group", ["sync", "noprefix", "short"])
+def test_held_out_runs_stay_close(scored, group):
+    """Runs the front end was not fitted on: async scheduling off (the host work adds to the
+    GPU's), prefix caching off, and Qwen3-14B's 32/16-token requests at 50-200 req/s and in
+    a burst (where the API server's CPU, not the GPU, decides TTFT; Llama's were fitted)."""
+    rows, _ = scored
+    pick = {"sync": lambda r: r["server"].endswith("-sync"),
+            "noprefix": lambda r: r["server"].endswith("-noprefix"),
+            "short": lambda r: "-short-" in r["plan"] and r["server"] == "qwen-rerun"}[group]
+    m = _mean_err([r for r in rows if pick(r)])
+    for k, lim in zip(METRICS, LIMITS[group]):
+        assert m[k] < lim, (group, k, m[k])
 
 
 def test_host_path_is_what_closes_the_gap(scored):
     """Without the measured host path (engine: ideal) TTFT and the ITL tail are far off:
     deleting the front end or the in-situ factor fails this."""
-    (_, m), (_, ideal) = scored
+    rows, ideal_rows = scored
+    m = _mean_err([r for r in rows if r["server"] in DEFAULT])
+    ideal = _mean_err([r for r in ideal_rows if r["server"] in DEFAULT])
     assert ideal["mean_ttft_ms"] > 1.7 * m["mean_ttft_ms"]
     assert ideal["mean_tpot_ms"] > 2.0 * m["mean_tpot_ms"]
 
@@ -64,14 +96,29 @@ def test_bench_metrics_follow_vllm_bench_definitions():
     assert m["output_throughput"] == pytest.approx(4 / 1.5)
 
 
-def test_frontend_is_fifo_and_leaps_match_steps():
+def test_frontend_outputs_run_ahead_of_admissions_and_leaps_match_steps():
     a, b = FrontEnd(100, 1, 50, 10), FrontEnd(100, 1, 50, 10)
     ends = np.array([0.0, 1e-5, 2e-5, 1.0])
     stepped = [a.deliver(float(e), 4) for e in ends]
     assert np.array_equal(b.deliver_many(ends, 4), np.array(stepped))   # byte-identical
     assert stepped[1] == pytest.approx(stepped[0] + 90e-6)               # queued behind step 0
     assert stepped[3] == pytest.approx(1.0 + 90e-6)                      # idle again by t = 1
-    assert a.admit(1.0, 1000) == pytest.approx(stepped[3] + 1100e-6)     # waits for the output
+    # admissions queue first come, first served, after the output work already there...
+    fe = FrontEnd(100, 1, 50, 10)
+    fe.deliver(0.0, 4)                                                   # busy until 90 µs
+    fe.admit(0.0, 1000)
+    fe.admit(0.0, 1000)
+    head = 90e-6 + 1100e-6
+    assert fe.head_done == pytest.approx(head)
+    # ...output work that comes later waits for the admission in service only...
+    assert fe.deliver(500e-6, 2) == pytest.approx(head + 70e-6)         # not behind 2.3 ms
+    assert fe.head_done == pytest.approx(head)
+    # ...and the next admission starts after it
+    fe.pop(fe.head_done)
+    assert fe.head_done == pytest.approx(head + 70e-6 + 1100e-6)
+    fe.pop(fe.head_done)
+    assert fe.head_done == float("inf") and not fe.pending
+    assert fe.deliver(1.0, 1) == pytest.approx(1.0 + 60e-6)              # idle: at once
 
 
 def test_runs_load_with_their_plans():

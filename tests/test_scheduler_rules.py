@@ -28,8 +28,7 @@ def engines_for(w, policy, hardware=H100, model="llama-3.1-8b", **params):
     ctx = SimContext(env=env, model=get_model(model), hardware=hw, cluster=cluster, table=table,
                      source=ArrivalSource(env, table.arrival), recorder=Recorder(),
                      rng=np.random.default_rng(0))
-    build(ctx, cfg)
-    return table, ctx.stats["_engines"]
+    return table, build(ctx, cfg).engines
 
 
 def _as_running(table, e, rid, generated, computed=None):

@@ -1,4 +1,5 @@
-"""Sweeps: grid expansion, range forms, strict errors, resume, atomic writes, executors."""
+"""Sweeps: grid expansion, range forms, strict errors, resume, atomic writes, worker counts
+(Dask and Ray: test_executors.py)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from simserve.cli import main
 from simserve.errors import ConfigError, SimserveError
-from simserve.runner import sweep_run
+from simserve.runner import sweep_run, sweep_task
 from simserve.runner.sweep import axis_values, load_sweep
 
 SMALL = """\
@@ -291,7 +292,7 @@ class Interrupt(KeyboardInterrupt):
     pass
 
 
-REAL_RUN_POINT = sweep_run.run_point
+REAL_RUN_POINT = sweep_task.run_point
 
 
 def _counting_run_point(monkeypatch, fail_after: int | None = None) -> list:
@@ -304,7 +305,7 @@ def _counting_run_point(monkeypatch, fail_after: int | None = None) -> list:
         calls.append(cfg.hash())
         return real(cfg, pt, *a, **kw)
 
-    monkeypatch.setattr(sweep_run, "run_point", fake)
+    monkeypatch.setattr(sweep_task, "run_point", fake)
     return calls
 
 
@@ -371,28 +372,6 @@ def test_one_and_two_workers_give_identical_results(tmp_path, reference):
     cfg = _write(tmp_path, SMALL)
     assert _sweep([cfg, "--out", tmp_path / "one", "--workers", 1]) == 0
     assert _tree(tmp_path / "one") == _tree(reference)
-
-
-def test_dask_executor_on_a_local_cluster(tmp_path, reference):
-    distributed = pytest.importorskip("distributed")
-    cfg = _write(tmp_path, SMALL)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
-        assert _sweep([cfg, "--out", tmp_path / "d", "--executor", "dask", "--scheduler",
-                       cluster.scheduler_address]) == 0
-    assert _tree(tmp_path / "d") == _tree(reference)
-
-
-def test_dask_missing_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
-    cfg = _write(tmp_path, SMALL)
-    assert _sweep([cfg, "--out", tmp_path / "o", "--executor", "dask"]) == 2
-    assert "pip install 'simserve[dist]'" in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()
-    with pytest.raises(SimserveError):
-        sweep_run.run_sweep(load_sweep(cfg), tmp_path / "o", executor="dask")
 
 
 def test_a_refitted_profile_changes_the_point_key(tmp_path, monkeypatch):

@@ -256,11 +256,25 @@ def _overheads(raw: pd.DataFrame, base: dict) -> dict:
     return oh
 
 
+def _measured_engines(name: str) -> dict | None:
+    """The serving engines' host paths the current `name` profile holds (measured by
+    `simserve validate engine` from a real engine, not by kernel calibration): a refit of the
+    kernel tables keeps them."""
+    from simserve.hardware.profile import load_profile
+    try:
+        return (load_profile(name).overheads or {}).get("engines")
+    except Exception:  # noqa: BLE001 - no such profile yet: nothing to keep
+        return None
+
+
 def build_gpu(raw_dir: Path, name: str) -> dict:
     base = derive.gpu_profile(name)
     raw, prof = _start(raw_dir, base, "kernel timings fitted into monotone knot tables and "
                        "grids (simserve/calibrate/tables.py)")
     prof["overheads"] = _overheads(raw, base["overheads"])
+    engines = _measured_engines(name)
+    if engines:
+        prof["overheads"]["engines"] = engines
     _add_in_situ(prof, raw_dir / "in_situ.json")
     _add_sp_contention(prof, raw_dir / "sp_contention.json")
     _add_sm_share(prof, raw_dir / "smshare" / "smshare.json")

@@ -90,9 +90,11 @@ class GpuCostModel:
         self.overlap = bool(host is not None and host.async_scheduling)
         if host is not None:
             self.iter_us, self.per_seq_us = host.step_us, host.step_per_seq_us
+            self.per_token_us = host.step_per_token_us
         else:
             self.iter_us = float(oh.get("iteration_us", 0.0))
             self.per_seq_us = float(oh.get("per_seq_us", 0.0))
+            self.per_token_us = 0.0
         self.launch_layer_us = float(oh.get("launch_us_per_kernel", 0.0)) * float(
             oh.get("kernels_per_layer", 0))
         self.graph_us = float(oh.get("graph_replay_us", 0.0))
@@ -152,6 +154,13 @@ class GpuCostModel:
         t = np.arange(n + 1, dtype=np.float64)
         dense = sum(c(t) for c in self.ops.dense.values()) + 2.0 * self.allreduce_us(t)
         dense[0] = 0.0
+        sizes = [c for c in (self.host.capture_sizes if self.host is not None else ())
+                 if c <= self.graph_max]
+        if sizes:  # a CUDA-graph replay runs the batch padded to the next captured size
+            caps = np.asarray(sizes, dtype=np.float64)
+            at_caps = sum(c(caps) for c in self.ops.dense.values()) + 2.0 * self.allreduce_us(caps)
+            k = np.arange(1, min(n, int(caps[-1])) + 1)
+            dense[k] = at_caps[np.searchsorted(caps, k)]
         lm = np.asarray(self.ops.lm_head(t))
         lm[0] = 0.0
         self._dense = dense.tolist()     # per layer, µs, indexed by tokens (incl. all-reduces)
@@ -201,7 +210,7 @@ class GpuCostModel:
 
     def step_s(self, b: BatchShape) -> float:
         """Duration of one iteration in seconds: its host work and its forward combined."""
-        base = self.iter_us + self.per_seq_us * (b.num_prefills + b.num_decodes)
+        base = self._host_us(b.num_prefills + b.num_decodes, b.num_tokens)
         return float(self._combine(base, self._forward_step_us(b))) * 1e-6
 
     def _forward_step_us(self, b: BatchShape):
@@ -223,7 +232,7 @@ class GpuCostModel:
         B = num_decodes
         if B == 0:
             return 0.0 * ctx_sum
-        base = self.iter_us + self.per_seq_us * B
+        base = self._host_us(B, B)
         return self._combine(base, self._decode_forward_us(B, ctx_sum, ctx_max)) * 1e-6
 
     def _decode_forward_us(self, B: int, ctx_sum, ctx_max=None):
@@ -232,6 +241,10 @@ class GpuCostModel:
         self._ensure(B)
         layer = self._dense[B] + self.decode_attn(B, ctx_sum, ctx_max)
         return self.forward_us(B, layer, B)
+
+    def _host_us(self, num_seqs, num_tokens):
+        """Host work of one step (µs): per step, per sequence and per token scheduled."""
+        return self.iter_us + self.per_seq_us * num_seqs + self.per_token_us * num_tokens
 
     def _combine(self, host_us, forward_us):
         """One step from its host work and its forward (µs; arrays allowed): overlapped under
@@ -260,9 +273,9 @@ class GpuCostModel:
         t += self._lm[B]
         t *= self._situ[B]
         if self.overlap:   # the same combination as `_combine`
-            np.maximum(t, self.iter_us + self.per_seq_us * B, out=t)
+            np.maximum(t, self._host_us(B, B), out=t)
         else:
-            t += self.iter_us + self.per_seq_us * B
+            t += self._host_us(B, B)
         t *= 1e-6
         return t
 
@@ -291,7 +304,7 @@ class GpuCostModel:
             base = np.exp([a * p + w * q for p, q in
                            zip(_interp(lya, grid._ly, grid._lt[i]).tolist(), r1)]).tolist()
         dense, L, lm, situ = self._dense[B], self.num_layers, self._lm[B], self._situ[B]
-        host = self.iter_us + self.per_seq_us * B
+        host = self._host_us(B, B)
         graph = B <= self.graph_max
         ov, g, la = self.graph_overlap_layer_us, self.graph_us, self.launch_layer_us
         imb = fn.imbalance

@@ -7,10 +7,11 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
       vllm-0.22.1:
         async_scheduling: true
         step_us: 2200.0              # engine-core host work per step: schedule, prepare
-        step_per_seq_us: 15.0        #   inputs and launch, sample, update (+ per sequence)
+        step_per_seq_us: 15.0        #   inputs and launch, sample, update (+ per sequence
+        step_per_token_us: 0.07      #   and per token scheduled)
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
-        frontend: {in_us, in_per_token_us, out_us, out_per_output_us}
+        frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
@@ -38,17 +39,19 @@ class EngineHost:
     async_scheduling: bool = True
     step_us: float = 0.0
     step_per_seq_us: float = 0.0
+    step_per_token_us: float = 0.0
     gpu_tokens: tuple = ()
     gpu_factor: tuple = ()
     frontend: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
+    capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
 
     @property
     def ideal(self) -> bool:
         return self.name == "ideal"
 
-    def host_us(self, num_seqs):
-        return self.step_us + self.step_per_seq_us * num_seqs
+    def host_us(self, num_seqs, num_tokens=0):
+        return self.step_us + self.step_per_seq_us * num_seqs + self.step_per_token_us * num_tokens
 
     def gpu_factor_at(self, tokens: np.ndarray) -> np.ndarray:
         """The engine's measured forward time over simserve's kernel prediction, by tokens."""
@@ -64,25 +67,35 @@ class EngineHost:
         from simserve.sim.frontend import FrontEnd
         f = self.frontend
         return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
-                        float(f["out_per_output_us"]))
+                        float(f["out_per_output_us"]), float(f.get("in_delay_us", 0.0)),
+                        float(f.get("out_delay_us", 0.0)))
 
 
 IDEAL = EngineHost("ideal")
 
 
-def engine_host(profile, engine: str, version: str | None = None) -> EngineHost | None:
+def engine_host(profile, engine: str | None, version: str | None = None) -> EngineHost | None:
     """The host path of `engine` on this GPU profile. `ideal` → none; `vllm` → the profile's
-    measured `vllm-<version>` entry, else its newest measured vLLM version (a baseline pinned
-    to an older vLLM, e.g. ConfluxServe's 0.15.1, gets 0.22.1's host path: the only one
-    measured). Returns None for `generic`, or when the profile measured no engine (the
-    caller keeps the profile's generic overheads)."""
+    `vllm-<version>` entry, else its newest vLLM version (a baseline pinned to an older vLLM,
+    e.g. ConfluxServe's 0.15.1, gets 0.22.1's host path: the only one measured); a derived
+    profile's entry is carried over from the measured GPU (`carried_from`: the same host CPU
+    path, vLLM's attention tables rescaled by datasheet ratios; not validated there).
+    None (a policy's default) → `vllm` only where it was measured on this very GPU, else the
+    generic overheads: paper comparisons on derived GPUs then price every design alike.
+    Returns None for `generic`, or when the profile has no such engine (the caller keeps the
+    profile's generic overheads)."""
     if engine == "ideal":
         return IDEAL
     if engine == "generic":
         return None
+    auto = engine is None          # a policy's default: only an engine measured on this GPU
+    if auto:
+        engine = "vllm"
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     table = (profile.overheads or {}).get("engines") or {}
+    if auto:   # a derived profile's entries are carried over from the measured GPU
+        table = {k: v for k, v in table.items() if not v.get("carried_from")}
     if not table:
         return None
     want = f"{engine}-{version}" if version else DEFAULT_VERSION[engine]
@@ -94,5 +107,7 @@ def engine_host(profile, engine: str, version: str | None = None) -> EngineHost 
     return EngineHost(name=name, async_scheduling=bool(m.get("async_scheduling", True)),
                       step_us=float(m.get("step_us", 0.0)),
                       step_per_seq_us=float(m.get("step_per_seq_us", 0.0)),
+                      step_per_token_us=float(m.get("step_per_token_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
-                      frontend=m.get("frontend"), attention=m.get("attention"))
+                      frontend=m.get("frontend"), attention=m.get("attention"),
+                      capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())))

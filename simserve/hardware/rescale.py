@@ -67,6 +67,42 @@ def _scale_imbalance(imb: dict, src_ds: dict, dst_ds: dict) -> dict:
                        f"{dst_ds['mem_bandwidth_gbps']} GB/s")
 
 
+# vLLM's FLASH_ATTN backend runs FlashAttention 3 on Hopper (sm_90) and FlashAttention 2
+# elsewhere: FA3 tables timed on the H200 carry over only to another Hopper GPU
+HOPPER = ("h100-sxm", "h200-sxm", "h20")
+
+
+def carry_engines(engines: dict, src_name: str, dst_name: str, src, dst) -> dict:
+    """A measured GPU's serving-engine entries (`overheads.engines`, `simserve.cost.host`) for
+    a derived GPU: the host path (engine-core step work, async overlap, API-server front end)
+    is the host CPU's and carries over as measured; vLLM's attention tables are rescaled by
+    datasheet ratios like the profile's own, on Hopper targets only (FA3 is Hopper's),
+    and the in-situ factor with them. Each entry says `carried_from`: a policy's default
+    engine uses only entries measured on the GPU itself (`engine_host`)."""
+    out = {}
+    for name, e in engines.items():
+        e = copy.deepcopy(e)
+        e["carried_from"] = src_name
+        att = e.pop("attention", None) or {}
+        if dst_name in HOPPER and att:
+            e["attention"] = {}
+            for model, tabs in att.items():
+                t = rescale_ops(dict(tabs, tokens=[1], elementwise_us=[1.0],
+                                     **{f"{g.name}_us": [1.0] for g in (*get_model(model).gemms(1),
+                                                                         get_model(model).lm_head(1))}),
+                                model, 1, src, dst)
+                e["attention"][model] = {k: t[k] for k in tabs}
+        else:
+            e.pop("gpu_in_situ", None)   # fitted against vLLM's FA3 tables
+        e["source"] = (f"carried over from {src_name} (host path as measured there, not "
+                       f"validated on {dst_name}" + ("; vLLM's attention tables rescaled by "
+                                                     "datasheet ratios)" if "attention" in e else
+                                                     "; no FA3 tables: not a Hopper GPU)")
+                       + ": " + str(e.get("source", "")))
+        out[name] = e
+    return out
+
+
 def rescale_ops(t: dict, model: str, tp: int, src, dst, src_ds=None, dst_ds=None) -> dict:
     m = get_model(model)
     out = copy.deepcopy(t)
@@ -132,6 +168,9 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
         "date": _dt.date.today().isoformat(),
     }
     prof["overheads"] = dict(src_p.overheads, source=f"host costs as measured/assumed for {src_name}")
+    if prof["overheads"].get("engines"):
+        prof["overheads"]["engines"] = carry_engines(prof["overheads"]["engines"], src_name,
+                                                     dst_name, src, dst)
     # measured kernel co-run contention is not carried over: a derived GPU's SP runs use the
     # paper's Fig. 14a value (simserve.cost.sp.PAPER_CONTENTION) unless configured
     prof["overheads"].pop("sp_contention", None)

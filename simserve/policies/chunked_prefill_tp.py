@@ -23,9 +23,11 @@ class ChunkedBaselineConfig(ChunkedConfig):
     """`vllm`'s parameters plus the waiting order. Defaults differ from `vllm`'s: tp None means
     one TP group over all GPUs (the paper's TP4 / TP8), and the paper's vLLM v0.15.1."""
 
-    tp: int | None = None
-    vllm_version: str = "0.15.1"
-    scheduler: str = "fcfs"  # or "srpt" (ConfluxServe's "++" variants)
+    tp: int | None = None  # TP degree; None: one TP group over all GPUs (§8.1: TP4 / TP8)
+    vllm_version: str = "0.15.1"  # the paper's vLLM (§8.1), whose defaults apply (util 0.90)
+    # waiting order: "fcfs" (vLLM's) or "srpt", fewest remaining prefill tokens first
+    # (ConfluxServe's "++" variants, §8.1)
+    scheduler: str = "fcfs"
 
     def validate(self) -> None:
         ChunkedConfig.validate(dataclasses.replace(self, tp=self.tp or 1))

@@ -77,6 +77,8 @@ def leap_ranks(eng, cap: int = LEAP_CAP) -> int:
     t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
     t.computed[ids] = c + k
     t.emit_many(ids, ends[:k - 1])
+    if eng.ctx.recorder.trace is not None:
+        eng.trace_ranks(eng.clock, float(ends[k - 1]), k)
     eng.clock = float(ends[k - 1])
     done = t.emit(ids, eng.clock)
     if len(done):

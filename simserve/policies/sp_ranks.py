@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.errors import ConfigError
+from simserve.policies.base import EngineBase
 from simserve.policies.sp_leap import flat_decodes, leap_ranks, per_rank
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
@@ -41,14 +42,10 @@ def instance_layout(num_gpus: int, instances: int, tp: int, kind: str) -> int:
     return per // tp
 
 
-class RankView:
-    """What `simulate_point` reads per engine (`.pool`): one logical rank's KV pool."""
+class SpRanksEngine(EngineBase):
+    """R logical ranks, one KV pool each (`kv_pools()`). Their counters stay in the shared
+    `counts` dict the policy reports (ConfluxServe's instances share one), not `counters()`."""
 
-    def __init__(self, pool: BlockPool):
-        self.pool = pool
-
-
-class SpRanksEngine:
     def __init__(self, ctx: SimContext, cfg, index: int, gpus: list[int], cost, est,
                  num_blocks: int):
         self.ctx, self.cfg, self.index, self.cost, self.est = ctx, cfg, index, cost, est
@@ -65,7 +62,10 @@ class SpRanksEngine:
         self.moving: list[tuple] = []                # (transfer event, rid, rank)
         self.clock = 0.0
         self._wake = None
-        self.counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0}
+        self.counts = {"num_kv_transfers": 0, "num_decode_preemptions": 0}
+
+    def kv_pools(self) -> list[BlockPool]:
+        return self.pools
 
     # -- router interface -------------------------------------------------------------------
     def queued_work(self) -> float:
@@ -109,11 +109,29 @@ class SpRanksEngine:
                 self.clock = max(self.clock, env.now)
                 continue
             dt, apply = step
+            if self.ctx.recorder.trace is not None:
+                self.trace_ranks(self.clock, self.clock + dt, 1)
             self.clock += dt
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
             yield at(env, max(self.clock, env.now))  # exactly the clock (timeouts can miss an ulp)
             apply()
+
+    def trace_ranks(self, start: float, end: float, steps: int) -> None:
+        """One trace event per rank for an iteration (or a leap of `steps`) of the instance:
+        the rank's decodes, the prompt tokens it prefills (`last_prefill_per_rank`, set by the
+        engine's `_iteration`; none in a leap) and its KV blocks in use."""
+        pre = getattr(self, "last_prefill_per_rank", None) if steps == 1 else None
+        for r in range(self.R):
+            p = int(pre[r]) if pre is not None else 0
+            nd = len(self.decodes[r])
+            name = ("mixed" if p and nd else "prefill" if p else "decode" if steps == 1
+                    else f"decode x{steps}")
+            self.ctx.recorder.trace.iteration(
+                f"instance {self.index} rank {r} (GPU {','.join(map(str, self.rank_gpus[r]))})",
+                start, end, name, steps=steps, counted=r == 0, prefill_tokens=p, decodes=nd,
+                kv_blocks_used=self.pools[r].num_used, pending_prefills=len(self.pending))
+        self.last_prefill_per_rank = None
 
     def _drop_partial(self) -> bool:
         """Deadlock breaker, when nothing runs: partial prompts' shards keep the prompt at the
@@ -128,7 +146,7 @@ class SpRanksEngine:
         self._free_shard(rid)
         t.computed[rid] = 0
         t.preemptions[rid] += 1
-        self.counters["num_prefill_restarts"] = self.counters.get("num_prefill_restarts", 0) + 1
+        self.counts["num_prefill_restarts"] = self.counts.get("num_prefill_restarts", 0) + 1
         return True
 
     def _land(self) -> None:
@@ -182,7 +200,7 @@ class SpRanksEngine:
         t.computed[rid] = 0
         t.preemptions[rid] += 1
         self.rank_of[rid] = -1
-        self.counters["num_decode_preemptions"] += 1
+        self.counts["num_decode_preemptions"] += 1
         self.pending.insert(0, rid)
 
     def _rank_max(self) -> list[int]:
@@ -210,7 +228,7 @@ class SpRanksEngine:
                  for src, dst in zip(self.rank_gpus[r], self.rank_gpus[g])]
         ev = self.ctx.env.all_of(procs) if procs else self.ctx.env.timeout(0)
         self.moving.append((ev, rid, g))
-        self.counters["num_kv_transfers"] += 1
+        self.counts["num_kv_transfers"] += 1
 
     def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
         t = self.ctx.table

@@ -29,6 +29,7 @@ schedule work on plain ints: numpy's per-call cost exceeds the arithmetic there.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import deque
 
 import numpy as np
@@ -36,11 +37,12 @@ import numpy as np
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.cost.host import engine_host
 from simserve.errors import ConfigError
+from simserve.policies.base import EngineBase, cost_model, kv_blocks
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.sim.context import SimContext
+from simserve.sim.clock import at
 from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
 from simserve.sim.leap import largest_k, leap_ends
-from simserve.kv_budget import gpu_kv_budget
 from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
@@ -63,9 +65,10 @@ def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
 
 
-class ChunkedEngine:
+class ChunkedEngine(EngineBase):
     """One engine over a TP group. Subclasses implement `_schedule_running` and
-    `_admission_blocks`; parameters are in `vllm_engine_config.py`, replicas in `replicas.py`."""
+    `_admission_blocks`; parameters are in `vllm_engine_config.py`, replicas in `replicas.py`;
+    the members the runner reads are `policies/base.py`'s `Replica`."""
 
     kind = "vllm"
     prefix_caching_default: bool | None = None  # None: vLLM's default for `vllm_version`
@@ -76,14 +79,11 @@ class ChunkedEngine:
         r = cfg.resolve(float(hw.gpu.spec["memory_gib"]), hw.gpu.name)
         self.budget = r["max_num_batched_tokens"]
         self.max_seqs = r["max_num_seqs"]
-        kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, cfg.tp, r["gpu_memory_utilization"],
-                           cfg.block_size, self.budget, self.max_seqs,
-                           activation_reserve_gib=cfg.activation_reserve_gib,
-                           cuda_graphs=cfg.cuda_graphs, graphs_counted=r["graphs_counted"])
-        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
-        if blocks < 1:
-            raise ConfigError(f"policy {self.kind}: no memory left for KV on {hw.gpu.name} at TP"
-                              f"{cfg.tp} ({kv.summary()}); use a larger TP degree or GPU")
+        blocks, kv = kv_blocks(ctx, f"policy {self.kind}", cfg.tp, r["gpu_memory_utilization"],
+                               cfg.block_size, self.budget, self.max_seqs,
+                               cfg.num_gpu_blocks_override, "use a larger TP degree or GPU",
+                               activation_reserve_gib=cfg.activation_reserve_gib,
+                               cuda_graphs=cfg.cuda_graphs, graphs_counted=r["graphs_counted"])
         pc = cfg.enable_prefix_caching
         if pc is None:
             pc = (r["enable_prefix_caching"] if self.prefix_caching_default is None
@@ -102,17 +102,26 @@ class ChunkedEngine:
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
         try:
             host = engine_host(hw.gpu, cfg.engine, cfg.vllm_version)
-            self.cost = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
-                                     table_tokens=max(self.budget, self.max_seqs),
-                                     mixed_attention=cfg.mixed_attention,
-                                     graph_max_tokens=cfg.graph_max_tokens, host=host)
+            if host is not None and cfg.async_scheduling is not None and not host.ideal:
+                host = dataclasses.replace(host, async_scheduling=cfg.async_scheduling)
         except ValueError as exc:
             raise ConfigError(f"policy {self.kind}: {exc}") from None
-        if ctx.gpu_cost_hook is not None:  # e.g. the validation replay's real executor
-            self.cost = ctx.gpu_cost_hook(self.cost)
+        self.cost = cost_model(ctx, lambda: GpuCostModel(
+            ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
+            table_tokens=max(self.budget, self.max_seqs), mixed_attention=cfg.mixed_attention,
+            graph_max_tokens=cfg.graph_max_tokens, host=host), f"policy {self.kind}")
         # the API-server front end (admission and token delivery contend for one CPU)
         self.frontend = host.make_frontend() if host is not None else None
+        # Under async scheduling vLLM schedules step m while step m-1 runs on the GPU (its
+        # batch queue holds two steps), so a request reaching the engine core after step
+        # m-1 started waits for step m+1: `_cutoff` is the latest engine arrival a step may
+        # admit (vllm/v1/engine/core.py `step_with_batch_queue`).
+        self._async = host is not None and not host.ideal and host.async_scheduling
+        self._reached: dict[int, float] = {}  # rid -> when it reached the engine (async only)
+        self._cutoff = float("inf")
+        self._prev_start = self._prev_end = -1.0
         self._admitting: deque[float] = deque()  # admission completions not yet reached
+        self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.clock = 0.0
@@ -125,29 +134,51 @@ class ChunkedEngine:
         return len(self.running) + len(self.waiting)
 
     def enqueue(self, rid: int) -> None:
-        if self.frontend is not None:
-            env = self.ctx.env
-            done = self.frontend.admit(env.now, int(self.ctx.table.prompt[rid]))
-            if done > env.now:
-                self._admitting.append(done)
-                env.process(self._admit_at(rid, done))
-                return
-        self._arrive(rid)
+        fe = self.frontend
+        if fe is None:
+            self._arrive(rid)
+            return
+        fe.admit(self.ctx.env.now, int(self.ctx.table.prompt[rid]))
+        self._in_frontend.append(rid)
+        if len(self._in_frontend) == 1:
+            self.ctx.env.process(self._front_end())
+
+    def _front_end(self):
+        """Hands requests to the engine as the front end finishes their admission work."""
+        env, fe, q = self.ctx.env, self.frontend, self._in_frontend
+        while q:
+            if fe.head_done > env.now:
+                yield at(env, fe.head_done)
+                continue
+            fe.pop(env.now)
+            rid = q.popleft()
+            t = env.now + fe.in_delay_s
+            if t > env.now:
+                self._admitting.append(t)
+                env.process(self._admit_at(rid, t))
+            else:
+                self._arrive(rid)
 
     def _admit_at(self, rid: int, t: float):
-        yield self.ctx.env.timeout(t - self.ctx.env.now)
-        self._admitting.popleft()  # FIFO front end: completions come in order
+        yield at(self.ctx.env, t)
+        self._admitting.popleft()  # a constant delay keeps completions in order
         self._arrive(rid)
 
     def _arrive(self, rid: int) -> None:
         self.waiting.append(rid)
+        if self._async:
+            self._reached[rid] = self.ctx.env.now
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
     def _next_arrival_s(self) -> float:
         """The next time a request can reach this engine (bounds event leaps)."""
         nxt = self.ctx.source.next_arrival_s
-        return min(nxt, self._admitting[0]) if self._admitting else nxt
+        if self._admitting:
+            nxt = min(nxt, self._admitting[0])
+        if self._in_frontend:
+            nxt = min(nxt, self.frontend.head_done + self.frontend.in_delay_s)
+        return nxt
 
     def _delivered(self, t: float, n: int) -> float:
         """When the client receives the `n` tokens this engine sampled at `t`."""
@@ -189,14 +220,31 @@ class ChunkedEngine:
                 if k:
                     yield env.timeout(max(0.0, self.clock - env.now))
                     continue
+            if self._async:  # back to back: this step was scheduled when the last began
+                self._cutoff = self._prev_start if self._prev_end == self.clock else self.clock
             ids, n = self._schedule()
+            if len(ids) == 0 and self._cutoff < self.clock:
+                # nothing else was schedulable, so the engine core blocked on the last step
+                # and scheduled this one when it ended
+                self._cutoff = self.clock
+                ids, n = self._schedule()
             if len(ids) == 0:
                 raise RuntimeError(f"engine {self.index}: nothing schedulable with "
                                    f"{len(self.waiting)} waiting; KV pool too small?")
             shape, sample = self._shape(ids, n)
+            start = self._prev_start = self.clock
             self.clock += self.cost.step_s(shape)
+            self._prev_end = self.clock
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    f"engine {self.index}", start, self.clock,
+                    "mixed" if len(shape.prefill_chunks) and shape.num_decodes else
+                    "prefill" if len(shape.prefill_chunks) else "decode",
+                    prefill_tokens=shape.num_tokens - shape.num_decodes,
+                    prefill_chunks=shape.prefill_chunks, decodes=shape.num_decodes,
+                    kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
             yield env.timeout(max(0.0, self.clock - env.now))
             self._apply(ids, n, sample)
 
@@ -307,16 +355,26 @@ class ChunkedEngine:
         self._step_hint = (ends[-1] - clock) / len(ends)
         if self.frontend is not None:
             # the front end serves work in time order: a leap may only submit the output work
-            # of steps that end before the next arrival submits its admission work
-            ends = ends[:bisect.bisect_left(ends, self.ctx.source.next_arrival_s)]
+            # of steps that end before the next arrival submits its admission work and before
+            # the admission in service completes (its successor starts then)
+            cut = self.ctx.source.next_arrival_s
+            if self._in_frontend:
+                cut = min(cut, self.frontend.head_done)
+            ends = ends[:bisect.bisect_left(ends, cut)]
         k = len(ends)
         if k < 2:
             return 0
+        self._prev_start, self._prev_end = ends[k - 2], ends[k - 1]
         nb = _new_blocks(room, k, bs)
         if nb:
             self.pool.allocate(nb)
             t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
         t.computed[ids] = [x + k for x in c]
+        if self.ctx.recorder.trace is not None:
+            self.ctx.recorder.trace.iteration(
+                f"engine {self.index}", clock, ends[-1], f"decode x{k}", steps=k,
+                prefill_tokens=0, prefill_chunks=[], decodes=B,
+                kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
         times = ends if self.frontend is None else self.frontend.deliver_many(np.array(ends), B)
         done = t.emit_steps(ids, times, g)
@@ -335,12 +393,15 @@ class ChunkedEngine:
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
+            if self._async and self._reached.get(r, -1.0) > self._cutoff:
+                break  # reached the engine after this step was scheduled
             k = min(int(t.num_tokens[r] - t.computed[r]), left)
             nb = self._admission_blocks(r, k)
             if not self.pool.can_allocate(nb):
                 break
             self._grow(r, nb)
             self.waiting.popleft()
+            self._reached.pop(r, None)
             self.running.append(r)
             new_ids.append(r)
             new_n.append(k)
@@ -449,6 +510,8 @@ class ChunkedEngine:
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
+            if self._async and self._reached.get(r, -1.0) > self._cutoff:
+                break  # reached the engine after this step was scheduled
             hashes, h, p, e = self._lookup(r)
             hit = (h + p) * bs
             k = min(int(t.num_tokens[r]) - hit, left)
@@ -461,6 +524,7 @@ class ChunkedEngine:
             self._grow(r, nb)
             self._cache_upto(r, hit + k)
             self.waiting.popleft()
+            self._reached.pop(r, None)
             self.running.append(r)
             new_ids.append(r)
             new_n.append(k)

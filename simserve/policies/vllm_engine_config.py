@@ -23,11 +23,23 @@ class ChunkedConfig:
     """Parameters of `vllm` and `sarathi`. None means "the default of `vllm_version` on this
     GPU" (resolved in `resolve`). DualPace's baseline is vLLM 0.22.1, ConfluxServe's 0.15.1."""
 
+    # token budget of one iteration (vLLM's --max-num-batched-tokens; decodes count 1 each,
+    # a prefill chunk its tokens; for sarathi the paper's chunk size); None: vLLM's API-server
+    # default, 8192 on GPUs of >= 70 GiB that are not A100, else 2048
     max_num_batched_tokens: int | None = None
+    # most requests running at once (vLLM's --max-num-seqs); None: 1024 on GPUs of >= 70 GiB
+    # that are not A100, else 256
     max_num_seqs: int | None = None
+    # share of each GPU's HBM for weights, activations, CUDA graphs and KV (the rest is never
+    # used); None: vLLM's default for `vllm_version`, 0.90 up to 0.20, 0.92 from 0.21
     gpu_memory_utilization: float | None = None
-    block_size: int = 16
+    block_size: int = 16  # tokens per KV block (vLLM's default on CUDA)
+    # tensor-parallel degree of one engine; num_gpus / tp replicas run behind a router that
+    # sends each arrival to the replica with the fewest requests
     tp: int = 1
+    # iterations of at most `graph_max_tokens` tokens are priced as one CUDA-graph replay (the
+    # profile's `graph_replay_us`), longer ones as eager launches; the KV budget also subtracts
+    # vLLM's graph memory estimate (0.3 GiB, from 0.21 on). False: every iteration eager
     cuda_graphs: bool = True
     # iterations of at most this many tokens replay a CUDA graph; None = the GPU profile's
     # `graph_max_tokens` (vLLM's default capture sizes end at 512). The validation replay
@@ -36,23 +48,37 @@ class ChunkedConfig:
     # or "varlen": one FA2 varlen call over prefill + decodes; with engine: vllm on a profile
     # that timed vLLM's kernels, vLLM's own varlen call is used whatever this says
     mixed_attention: str = "split"
+    # the vLLM release modelled: its defaults for the token budget, max_num_seqs,
+    # gpu_memory_utilization (and whether graph memory is counted) and prefix caching, and the
+    # measured host path `engine: vllm` uses (the profile's newest if this one was not measured)
     vllm_version: str = "0.22.1"
+    # GiB per GPU held back for the activations of a profiling forward pass before the KV pool
+    # is sized; None: estimated from the model's shapes at the token budget (kv_budget.py)
     activation_reserve_gib: float | None = None
+    # KV blocks per engine, replacing the computed pool (vLLM's --num-gpu-blocks-override);
+    # the validation replay sets the real server's count
     num_gpu_blocks_override: int | None = None
     leap: bool = True  # exact event leaping over decode-only steps; False steps one by one
-    # the engine's host path (simserve/cost/host.py): "vllm" = vLLM's own, measured on the
-    # profile's GPU (async scheduling overlap, API-server front end, its kernels' in-situ
-    # factor); "ideal" = none (GPU forwards back to back, no front end); "generic" = the
-    # profile's generic per-iteration overheads added to each forward (what every policy
-    # without a measured engine pays, and what the real-executor replay compares against)
-    engine: str = "vllm"
+    # the engine's host path (simserve/cost/host.py): "vllm" = vLLM's own (async scheduling
+    # overlap, API-server front end, its kernels and their in-situ factor), measured on the
+    # H200 and carried over to derived profiles; "ideal" = none (GPU forwards back to back,
+    # no front end); "generic" = the profile's generic per-iteration overheads added to each
+    # forward (what every policy without a measured engine pays, and what the real-executor
+    # replay compares against); None (default) = "vllm" where it was measured on this very
+    # GPU (h200-sxm), "generic" elsewhere, so paper comparisons on derived GPUs price every
+    # design alike
+    engine: str | None = None
     # vLLM's automatic prefix caching (sim/kv.py PrefixCachingBlockPool); None = the default
     # of `vllm_version` (on from v0.8, the V1 engine) for vllm/chunked, off for sarathi
     enable_prefix_caching: bool | None = None
+    # vLLM's asynchronous scheduling (on by default since 0.12: the host prepares step n+1
+    # while the GPU runs step n; `--no-async-scheduling` adds the two); None = as the
+    # engine's measured host path says. Only read with engine: vllm.
+    async_scheduling: bool | None = None
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
-        if self.engine not in ("vllm", "ideal", "generic"):
+        if self.engine not in (None, "vllm", "ideal", "generic"):
             raise ValueError(f"engine: expected 'vllm', 'ideal' or 'generic', got {self.engine!r}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks_override",
                      "graph_max_tokens"):
@@ -63,10 +89,10 @@ class ChunkedConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-        if self.enable_prefix_caching is not None and not isinstance(self.enable_prefix_caching,
-                                                                     bool):
-            raise ValueError("enable_prefix_caching: expected true or false, got "
-                             f"{self.enable_prefix_caching!r}")
+        for name in ("enable_prefix_caching", "async_scheduling"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                raise ValueError(f"{name}: expected true or false, got {v!r}")
         u = self.gpu_memory_utilization
         if u is not None and not (0 < u <= 1):
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")

@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 
 
-def plot_folder(d: str, out_dir: str | None = None) -> list[str]:
-    """Figures of the validation folder `d` (scored CSVs read from, and PNGs written to,
-    `out_dir`, default `d`)."""
+def plot_folder(d: str, out_dir: str | None = None, fig_dir: str | None = None) -> list[str]:
+    """Figures of the validation folder `d` (scored CSVs read from `out_dir`, default `d`;
+    PNGs written to `fig_dir`, default where the scored CSVs are)."""
     scored = out_dir or d
+    figs = fig_dir or scored
+    os.makedirs(figs, exist_ok=True)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -39,7 +41,7 @@ def plot_folder(d: str, out_dir: str | None = None) -> list[str]:
                    title=f"{title}\nn={len(df)}, MAPE {ape.mean():.2f}%")
             ax.legend(fontsize=8)
         fig.tight_layout()
-        path = os.path.join(scored, "iterations.png")
+        path = os.path.join(figs, "iterations.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         out.append(path)
@@ -54,7 +56,7 @@ def plot_folder(d: str, out_dir: str | None = None) -> list[str]:
             ax.set(xscale="log", xlabel=f"{name} (ms)", ylabel="fraction of requests")
             ax.legend()
         fig.tight_layout()
-        path = os.path.join(scored, "replay.png")
+        path = os.path.join(figs, "replay.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         out.append(path)

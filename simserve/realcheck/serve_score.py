@@ -1,7 +1,7 @@
 """Replay measured real-vLLM serving runs in the simulator and score the prediction.
 
     python -m simserve.realcheck.serve_score [--root validation/vllm-h200] [--engine vllm]
-        [--out FILE]
+        [--out FILE] [--spread]
 
 Each open-loop run's requests are replayed with their real send times as arrivals; a
 closed-loop run (`max_concurrency`) is simulated as one, each request sent when a slot frees
@@ -55,7 +55,10 @@ def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
                  max_concurrency=run.max_concurrency or None)
     params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
                   max_num_seqs=meta["max_num_seqs"],
-                  num_gpu_blocks_override=meta["num_gpu_blocks"], **policy)
+                  num_gpu_blocks_override=meta["num_gpu_blocks"],
+                  enable_prefix_caching=meta["enable_prefix_caching"], **policy)
+    if engine == "vllm":   # the server's own switch (`--no-async-scheduling` runs)
+        params["async_scheduling"] = meta["async_scheduling"]
     params["engine"] = engine
     res = simulate_point(w, run.plan["model"], HardwareConfig(gpu="h200-sxm"), "vllm", **params)
     rec = res.records
@@ -97,13 +100,43 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def spread(root: str = ROOT) -> list[dict]:
+    """The real engine against itself: every plan measured on more than one server, each
+    later run against the first (`*-default`), in % per metric. Re-runs (`*-rerun`) show
+    the run-to-run spread the 5 % bars sit beside; prefix-off and async-off runs show what
+    those switches change."""
+    by_plan: dict[str, list] = {}
+    for d in run_dirs(root):
+        by_plan.setdefault(os.path.basename(d), []).append(d)
+    rows = []
+    for plan, dirs in sorted(by_plan.items()):
+        base = [d for d in dirs if os.path.basename(os.path.dirname(d)).endswith("-default")]
+        if len(dirs) < 2 or not base:
+            continue
+        ref = real_metrics(load_run(base[0], os.path.join(root, "plans")))
+        for d in dirs:
+            if d == base[0]:
+                continue
+            m = real_metrics(load_run(d, os.path.join(root, "plans")))
+            rows.append(dict({"server": os.path.basename(os.path.dirname(d)), "plan": plan},
+                             **{k: (m[k] - ref[k]) / ref[k] * 100 for k in METRICS}))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=ROOT)
     ap.add_argument("--engine", default="vllm", help="vllm (measured host path) | ideal | generic (the profile's generic overheads)")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--spread", action="store_true",
+                    help="the real engine against itself: re-runs, prefix-off, async-off")
     a = ap.parse_args(argv)
+    if a.spread:
+        for r in spread(a.root):
+            print(f"{r['server']:16s} {r['plan']:32s} " + " ".join(
+                f"{k}: {r[k]:+6.1f}%" for k in METRICS))
+        return 0
     rows = score(a.root, a.engine)
     print(table(rows))
     if a.out:

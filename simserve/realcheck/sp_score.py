@@ -174,7 +174,9 @@ def score(folder: str, model: str, profile: str = "h200-sxm", link: str = "nvlin
     return out
 
 
-def plot(folder: str, res: dict) -> str:
+def plot(folder: str, res: dict, fig_dir: str | None = None) -> str:
+    """Predicted vs measured SP iteration times of a scored folder (`sp_scored.csv`), written
+    as sp_iterations.png to `fig_dir` (default the folder)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -195,7 +197,8 @@ def plot(folder: str, res: dict) -> str:
                      f"MAPE {res[key]['all']['mape_pct']:.2f}%")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path = os.path.join(folder, "sp_iterations.png")
+    os.makedirs(fig_dir or folder, exist_ok=True)
+    path = os.path.join(fig_dir or folder, "sp_iterations.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

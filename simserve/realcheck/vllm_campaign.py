@@ -86,7 +86,7 @@ def setup(step, st) -> None:
     # the probe, importable without simserve's own imports, loaded in every process
     ps = os.path.join(ROOT, "probe_site")
     os.makedirs(ps, exist_ok=True)
-    shutil.copy(os.path.join(REPO, "simserve", "validate", "vllm_probe.py"),
+    shutil.copy(os.path.join(REPO, "simserve", "realcheck", "vllm_probe.py"),
                 os.path.join(ps, "simserve_vllm_probe.py"))
     with open(os.path.join(ps, "sitecustomize.py"), "w") as f:
         f.write("import simserve_vllm_probe\nsimserve_vllm_probe.install()\n")
@@ -211,7 +211,7 @@ def estimate_s(step: dict) -> float:
         if pl.get("max_concurrency"):   # waves of `max_concurrency` requests, ~10 ms a token
             closed = sum(r["o"] for r in pl["requests"]) * 0.010 / pl["max_concurrency"]
         return last + closed + 12.0 + 0.02 * len(pl["requests"])
-    return {"setup": 60, "kernels": step.get("budget_s", 150) + 30, "server": 260,
+    return {"setup": 60, "kernels": step.get("budget_s", 150) + 30, "server": 180,
             "stop": 20}[step["do"]]
 
 

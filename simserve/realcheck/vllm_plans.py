@@ -8,6 +8,9 @@ beside the measurements, so a later run or a re-score uses the same requests.
 Workloads (names as `vllm bench serve` uses them where it has one):
 - `random`: fixed 1,024-token prompts and 128-token outputs (`--random-input-len 1024
   --random-output-len 128 --random-range-ratio 0`), Poisson arrivals;
+- `short`: fixed 32-token prompts and 16-token outputs, Poisson arrivals at up to hundreds
+  of requests per second: the GPU is nearly idle, so the API server's per-request work
+  decides TTFT (held out from the front end's fit, which used the other workloads);
 - `conv`, `code`: the Azure LLM inference 2023 traces' lengths in trace order, Poisson
   arrivals at the plan's rate;
 - `mooncake`: the Mooncake conversation trace's first requests with their own arrival
@@ -45,6 +48,8 @@ def _poisson(n: int, rate: float, seed: int) -> np.ndarray:
 def _lengths(workload: str, n: int, trace_dir: str, offset: int, max_len: int):
     if workload == "random":
         return np.full(n, 1024), np.full(n, 128), None, None
+    if workload == "short":
+        return np.full(n, 32), np.full(n, 16), None, None
     path = os.path.join(trace_dir, TRACE_FILES[workload])
     if workload == "mooncake":
         rows = []
@@ -110,6 +115,13 @@ def model_plans(model: str, trace_dir: str, max_len: int, with_mooncake: bool) -
     return out
 
 
+def short_plans(model: str) -> list[dict]:
+    """Many small requests: light, near and past the API server's request rate."""
+    return [make_plan(model, "short", r, n=n, seed=100 + k)
+            for k, (r, n) in enumerate(((50.0, 400), (100.0, 800), (200.0, 800),
+                                         (float("inf"), 600)))]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="write the measurement plans")
     ap.add_argument("--out", required=True)
@@ -117,7 +129,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     plans = (model_plans("llama-3.1-8b", a.trace_dir, 131072, True)
-             + model_plans("qwen3-14b", a.trace_dir, 40960, False))
+             + model_plans("qwen3-14b", a.trace_dir, 40960, False)
+             + short_plans("llama-3.1-8b") + short_plans("qwen3-14b"))
     for pl in plans:
         with open(os.path.join(a.out, pl["name"] + ".json"), "w") as f:
             json.dump(pl, f, separators=(",", ":"))

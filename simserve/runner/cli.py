@@ -16,7 +16,8 @@ def _run(args: argparse.Namespace) -> int:
     check_out_dir(out)
     before = _stored_hash(out)
     results = run_experiment_config(cfg, out=None if args.no_save else out,
-                                     progress=not args.quiet, stream=args.stream or None)
+                                     progress=not args.quiet, stream=args.stream or None,
+                                     trace_events=args.trace_events)
     recs = summary_records(results)
     print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
@@ -31,6 +32,10 @@ def _run(args: argparse.Namespace) -> int:
     if dropped:
         print(f"note: {dropped} request(s) per point were dropped: prompt + output exceeds the "
               "max context (workload.overlong: drop; 'cap' shortens them instead)")
+    if args.trace_events:
+        print(f"timeline: {args.trace_events}" + (" (one file per point, named after it)"
+                                                   if len(recs) > 1 else "")
+              + ": open it in https://ui.perfetto.dev or chrome://tracing")
     if not args.no_save:
         print(f"\nresults: {out}/ (summary.json, summary.csv, requests.csv, config.yaml)")
         if before and before != cfg.hash():
@@ -59,4 +64,8 @@ def register(sub) -> None:
                    help="write per-request rows to requests.csv in chunks as requests finish "
                         "instead of holding them (on by itself for points of 200,000 requests "
                         "or more)")
+    p.add_argument("--trace-events", metavar="FILE",
+                   help="write a Chrome / Perfetto trace of every iteration and transfer (a "
+                        "track per engine, rank, CPU engine and link); with several points, one "
+                        "file each, named FILE-POLICY-RATEreq_s-seedSEED.json")
     p.set_defaults(handler=_run)

@@ -1,16 +1,24 @@
-"""Where sweep points run: a local process pool (default) or a Dask distributed cluster.
+"""Where sweep points run: a local process pool (default), a Dask distributed cluster, or a
+Ray cluster. Each executor maps a picklable top-level `fn(item, shared)` over a list of items
+and yields `(index, result)` as results arrive, in any order; `shared` (the files every point
+reads, resolved here: `sweep_task.SweepInputs`) goes to each worker once (the pool's
+initializer; Dask scatters it; Ray puts it in its object store). Each point is seeded by its
+own config only, so results are byte-identical whatever the executor, the worker count or the
+finishing order.
 
-An executor maps a picklable top-level function over a list of items and yields
-`(index, result)` as results arrive, in any order. Each point is seeded by its own config only,
-so results are identical whatever the executor, the worker count or the finishing order.
-
-Why Dask distributed rather than Ray: it installs from pip as pure Python wheels (no C++ core,
-no platform-specific wheel to wait for on a new Python); `distributed.LocalCluster` starts a
-scheduler and workers in a second, even inside the test process (`processes=False`), so CI
-tests the same code path that talks to a remote `dask scheduler`; and it needs no separate
-object store or per-node daemons. Our tasks are coarse (a point takes ~0.5–2 s) with small
-results (~200 KB of CSV), so Ray's shared-memory object store and actors would buy nothing.
-Workers need simserve installed (same version): tasks are pickled by reference.
+Which one:
+- `local` (default): the cores of this machine; nothing to install or start.
+- `dask` (`pip install 'simserve[dist]'`): pure-Python wheels, starts in about a second, and
+  reaches the clusters Dask reaches: a `dask scheduler` with `dask worker`s, Slurm / PBS / SGE
+  / LSF through `dask-jobqueue`, Kubernetes through `dask-kubernetes`
+  (docs/how-to/scale-out.md).
+- `ray` (`pip install 'simserve[ray]'`): for a cluster that already runs Ray (`ray start
+  --head`, KubeRay, a cloud's Ray; Vidur's users have one). Heavier: ~80 MB wheel, ~240 MB
+  installed, ~6 s to start a local instance here. With no `--address` it starts one on this
+  machine; in a process that already called `ray.init`, it uses that.
+Tasks are coarse (a point takes ~0.5–2 s, ~200 KB of CSV back), so neither engine's
+scheduling overhead matters; pick the one your cluster runs. Workers need simserve installed
+(the same version): the task function is pickled by reference.
 """
 from __future__ import annotations
 
@@ -24,7 +32,7 @@ from typing import Callable, Iterator
 
 from simserve.errors import ConfigError, SimserveError
 
-EXECUTORS = ("local", "dask")
+EXECUTORS = ("local", "dask", "ray")
 
 
 def available_cores() -> int:
@@ -60,6 +68,21 @@ def die_with_parent(parent: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="simserve-parent-watch", daemon=True).start()
 
 
+_worker_shared = None  # in a pool worker: the `shared` of the sweep it serves, set at start
+
+
+def start_worker(parent: int, shared) -> None:
+    """Pool worker initializer: `die_with_parent`, and keep `shared` (sent once per worker,
+    not with every task: a Mooncake trace with its hash_ids takes ~0.1 s to unpickle)."""
+    global _worker_shared
+    _worker_shared = shared
+    die_with_parent(parent)
+
+
+def _call(fn: Callable, item):
+    return fn(item, _worker_shared)
+
+
 class LocalExecutor:
     """A `ProcessPoolExecutor` with `workers` processes (default: all cores). One worker runs
     the items in this process, one after another (handy for debugging and profiling)."""
@@ -73,15 +96,16 @@ class LocalExecutor:
     def __exit__(self, *exc):
         return False
 
-    def map_unordered(self, fn: Callable, items: list) -> Iterator[tuple[int, object]]:
+    def map_unordered(self, fn: Callable, items: list,
+                      shared=None) -> Iterator[tuple[int, object]]:
         if self.workers == 1 or len(items) <= 1:
             for i, item in enumerate(items):
-                yield i, fn(item)
+                yield i, fn(item, shared)
             return
         pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
-                                   initializer=die_with_parent, initargs=(os.getpid(),))
+                                   initializer=start_worker, initargs=(os.getpid(), shared))
         try:
-            index = {pool.submit(fn, item): i for i, item in enumerate(items)}
+            index = {pool.submit(_call, fn, item): i for i, item in enumerate(items)}
             pending = set(index)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -91,76 +115,35 @@ class LocalExecutor:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-class DaskExecutor:
-    """One `client.submit` per item on a Dask distributed cluster, gathered as they finish.
-    With no scheduler address and no client, starts a `LocalCluster` of `workers` processes."""
-
-    def __init__(self, scheduler: str | None = None, workers: int | None = None, client=None):
-        distributed = import_distributed()
-        self._as_completed = distributed.as_completed
-        self._own, self._cluster = client is None, None
-        if client is not None:
-            self.client = client
-            return
-        try:
-            if scheduler:
-                self.client = distributed.Client(scheduler, timeout="10s")
-            else:
-                self._cluster = distributed.LocalCluster(
-                    n_workers=workers or available_cores(), threads_per_worker=1,
-                    dashboard_address=None)
-                self.client = distributed.Client(self._cluster)
-        except (OSError, TimeoutError) as exc:
-            raise SimserveError(f"--scheduler {scheduler}: cannot connect to the Dask "
-                                f"scheduler: {exc}") from None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def close(self) -> None:
-        if self._own:
-            self.client.close()
-            if self._cluster is not None:
-                self._cluster.close()
-
-    def map_unordered(self, fn: Callable, items: list) -> Iterator[tuple[int, object]]:
-        futures = [self.client.submit(fn, item, pure=False) for item in items]
-        index = {f.key: i for i, f in enumerate(futures)}
-        try:
-            for fut in self._as_completed(futures):
-                yield index[fut.key], fut.result()
-        finally:
-            self.client.cancel([f for f in futures if not f.done()])
-
-
-def import_distributed():
-    try:
-        import distributed
-    except ImportError:
-        raise SimserveError("--executor dask needs Dask distributed: pip install "
-                            "'simserve[dist]' (or pip install 'distributed>=2024.1')") from None
-    return distributed
-
-
-def check_executor(name: str, workers: int | None = None, scheduler: str | None = None) -> None:
+def check_executor(name: str, workers: int | None = None, scheduler: str | None = None,
+                   address: str | None = None) -> None:
+    """Bad options, or the engine not installed: a one-line error before anything runs."""
     if name not in EXECUTORS:
         raise ConfigError(f"--executor: unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
         raise ConfigError(f"--workers: expected a positive integer, got {workers}")
-    if name == "local" and scheduler:
-        raise ConfigError("--scheduler is for --executor dask")
+    if scheduler and name != "dask":
+        raise ConfigError("--scheduler is for --executor dask (Ray takes --address)")
+    if address and name != "ray":
+        raise ConfigError("--address is for --executor ray (Dask takes --scheduler)")
     if name == "dask":
+        from simserve.runner.executor_dask import import_distributed
         import_distributed()
+    if name == "ray":
+        from simserve.runner.executor_ray import import_ray
+        import_ray()
 
 
 def make_executor(name: str = "local", workers: int | None = None, scheduler: str | None = None,
-                  client=None):
-    """A context manager with `map_unordered(fn, items)`; see the module docstring."""
-    check_executor(name, workers, scheduler)
-    if name == "local":
-        return LocalExecutor(workers)
-    return DaskExecutor(scheduler, workers, client)
+                  client=None, address: str | None = None):
+    """A context manager with `map_unordered(fn, items, shared)`; see the module docstring.
+    `client`: a `distributed.Client` to use (dask); `address`: a Ray cluster's (ray)."""
+    check_executor(name, workers, scheduler, address)
+    if name == "dask":
+        from simserve.runner.executor_dask import DaskExecutor
+        return DaskExecutor(scheduler, workers or available_cores(), client)
+    if name == "ray":
+        from simserve.runner.executor_ray import RayExecutor
+        return RayExecutor(address, workers or available_cores())
+    return LocalExecutor(workers)

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from simserve.errors import SimserveError
-from simserve.capacity import (Target, grid_capacity, group_keys, group_label, group_records,
+from simserve.capacity import (Target, group_keys, group_label,
                                load_records, parse_target, rate_curves)
 from simserve.metrics import sustainable_rate
+from simserve.runner import comparison, trace_plot
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -91,6 +92,8 @@ def _title(cfg: dict, results: Path) -> str:
 
 
 def _save(fig, out: Path, stem: str, formats) -> list[Path]:
+    from simserve.plots import declutter
+    declutter(fig)
     paths = []
     for fmt in formats:
         p = out / f"{stem}.{fmt}"
@@ -171,6 +174,10 @@ def _plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from simserve import plots
+    if args.trace_events or (args.results and trace_plot.is_point_folder(Path(args.results))):
+        return _plot_timeline(args)
+    if not args.results:
+        raise SimserveError("simserve plot: give a RESULTS folder or --trace-events FILE")
     results = Path(args.results)
     if not results.is_dir():
         raise SimserveError(f"{results}: expected a results folder (with summary.json)")
@@ -183,6 +190,7 @@ def _plot(args: argparse.Namespace) -> int:
     targets = panel_targets(_slo(args, cfg), [parse_target(t) for t in args.target or []])
     available = {k for r in records for k in r}
     targets = [t for t in targets if t.metric in available]
+    records, caps, styles = comparison.select(records, targets, args.all_variants)
     ttft = next((t for t in targets if t.metric == "p99_ttft_ms"), None)
     rate = args.timeline_rate if args.timeline_rate else timeline_rate(records, ttft)
     seeds = sorted({r.get("seed", 0) for r in records})
@@ -194,8 +202,6 @@ def _plot(args: argparse.Namespace) -> int:
                             f"in {results} (rates: {have}; seeds: {seeds})")
     out = Path(args.out) if args.out else results / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    caps = grid_capacity(records, targets)
-    styles = plots.group_styles([group_label(g) for g, _ in group_records(records)])
     title = _title(cfg, results)
     written: list[Path] = []
 
@@ -244,13 +250,49 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _formats(args) -> list[str]:
+    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    for f in formats:
+        if f not in FORMATS:
+            raise SimserveError(f"--format {f!r}: expected some of {', '.join(FORMATS)}")
+    return formats
+
+
+def _plot_timeline(args) -> int:
+    """One point's Gantt timeline: from --trace-events FILE, or a sweep point folder
+    re-simulated with a trace (written beside the figure as trace.json)."""
+    formats, window = _formats(args), trace_plot.parse_window(args.window)
+    if args.trace_events:
+        trace = Path(args.trace_events)
+        if not trace.is_file():
+            raise SimserveError(f"--trace-events {trace}: no such file")
+        out = Path(args.out) if args.out else trace.parent
+    else:
+        folder = Path(args.results)
+        out = Path(args.out) if args.out else folder / "plots"
+        out.mkdir(parents=True, exist_ok=True)
+        trace = trace_plot.trace_point(folder, out / "trace.json")
+    for p in trace_plot.draw(trace, out, formats, window):
+        print(p)
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("plot", help="plot latency / SLO attainment vs rate and token timelines",
                        description="Figures of a results folder: latency vs rate per policy "
                        "(targets and sustainable rates marked), SLO attainment vs rate, and "
                        "cumulative generated tokens over time at one point.")
-    p.add_argument("results", metavar="RESULTS", help="results folder (summary.json, "
-                   "requests.csv, config.yaml as `simserve run` writes them)")
+    p.add_argument("results", metavar="RESULTS", nargs="?",
+                   help="results folder (summary.json, requests.csv, config.yaml as `simserve "
+                        "run` writes them), or a sweep point folder (points/<hash>/: its "
+                        "timeline, re-simulated with a trace)")
+    p.add_argument("--trace-events", metavar="FILE",
+                   help="draw this trace (`simserve run --trace-events`) as a timeline, a row "
+                        "per engine, rank and link (trace.png; default beside FILE)")
+    p.add_argument("--all-variants", action="store_true",
+                   help="draw every swept variant of a design (default: its best one, by "
+                        "attainment, else P99 TTFT, else normalized latency)")
+    p.add_argument("--window", metavar="T0,T1", help="timeline: only simulated seconds T0-T1")
     p.add_argument("--out", help="folder for the figures (default RESULTS/plots)")
     p.add_argument("--slo", metavar="TTFT_MS,TBT_MS",
                    help="lines on the P99 TTFT and P99 ITL/TPOT panels (default: the results' "

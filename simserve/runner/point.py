@@ -47,21 +47,25 @@ def points(cfg: ExperimentConfig) -> list[Point]:
             for r in cfg.workload.rates]
 
 
-def make_workload(cfg: ExperimentConfig, rate: float, seed: int) -> Workload:
+def make_workload(cfg: ExperimentConfig, rate: float, seed: int,
+                  loaded: Workload | None = None) -> Workload:
+    """The requests of one point; `loaded` is the trace file already parsed, if it is one
+    (`workload.build.load_named_trace`: a sweep worker gets it from the submitting process)."""
     w = cfg.workload
     model = get_model(cfg.model)
     return build_workload(w.trace, num_requests=w.num_requests, arrival=w.arrival, rate=rate,
                           seed=seed, burstiness_cv=w.burstiness_cv,
                           max_context=w.max_context or model.max_context, start=w.start,
                           max_concurrency=w.max_concurrency, tile=w.tile, overlong=w.overlong,
-                          **w.random_params())
+                          loaded=loaded, **w.random_params())
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
               workload: Workload | None = None, requests_sink=None,
-              progress=False) -> PointResult:
+              progress=False, trace_events=None) -> PointResult:
     """One point. With `requests_sink(frame)` the run is streamed: per-request rows go to the
-    sink in chunks as requests finish and `requests` is None (memory stays flat)."""
+    sink in chunks as requests finish and `requests` is None (memory stays flat).
+    `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`)."""
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
 
@@ -76,7 +80,8 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         from simserve.metrics_stream import RecordStream
         stream = RecordStream(cfg.slo, lambda f: requests_sink(label(f)))
     res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
-                                    seed=pt.seed, stream=stream, progress=progress)
+                                    seed=pt.seed, stream=stream, progress=progress,
+                                    trace_events=trace_events)
     hw = cfg.hardware
     summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
                "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
@@ -84,22 +89,23 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
                "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
                "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
                "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
+    if res.stats.get("counters"):         # CPU-tier policies: the mechanism at work
+        summary["counters"] = res.stats["counters"]
     if stream is not None:
         summary.update(stream.summary())
         summary.update(res.stats.get("prefix_cache_summary", {}))
-        summary.update(res.stats.get("summary_counters", {}))
         return PointResult(pt, summary, None, res.stats, res.recorder.frame())
     summary.update(summarize(res.records, cfg.slo))
     summary.update(res.stats.get("prefix_cache_summary", {}))
-    summary.update(res.stats.get("summary_counters", {}))
     frame = label(request_frame(res.records, cfg.slo))
     return PointResult(pt, summary, frame, res.stats, res.recorder.frame())
 
 
-def run_date() -> str:
+def run_date(epoch: str | None = None) -> str:
     """When a point ran, as `vllm bench serve` dates its results (%Y%m%d-%H%M%S, UTC here).
-    SOURCE_DATE_EPOCH (seconds) pins it, for byte-identical reruns."""
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    SOURCE_DATE_EPOCH (seconds; or `epoch`, the submitting process's, in a sweep worker) pins
+    it, for byte-identical reruns."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") if epoch is None else epoch
     t = datetime.fromtimestamp(int(epoch), timezone.utc) if epoch and epoch.isdigit() \
         else datetime.now(timezone.utc)
     return t.strftime("%Y%m%d-%H%M%S")
@@ -117,17 +123,31 @@ def validate(cfg: ExperimentConfig) -> Workload:
 
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
-                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
+                          progress: bool = True, stream: bool | None = None,
+                          trace_events: str | Path | None = None) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
-    folder's lock (a second run into the same `out` at the same time is refused)."""
+    folder's lock (a second run into the same `out` at the same time is refused).
+    `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`)."""
     if out is None:
-        return _run_experiment_config(cfg, None, progress, stream)
+        return _run_experiment_config(cfg, None, progress, stream, trace_events)
     with out_lock(Path(out)):
-        return _run_experiment_config(cfg, out, progress, stream)
+        return _run_experiment_config(cfg, out, progress, stream, trace_events)
+
+
+def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
+    """The trace file of one point: `base` itself for a single point, else base's name with
+    the point's policy, rate and seed before its suffix (trace-vllm-4req_s-seed0.json)."""
+    base = Path(base)
+    if not many:
+        return base
+    suffix = base.suffix or ".json"
+    return base.with_name(f"{base.stem}-{pt.policy.label}-{pt.rate:g}req_s-seed{pt.seed}"
+                          f"{suffix}")
 
 
 def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
-                          progress: bool = True, stream: bool | None = None) -> list[PointResult]:
+                          progress: bool = True, stream: bool | None = None,
+                          trace_events: str | Path | None = None) -> list[PointResult]:
     """Every point; results written to `out` when given. `stream` (default: points of
     `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
     chunks while points run instead of holding them (PointResult.requests is then None)."""
@@ -136,6 +156,9 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
         stream = first.num_requests >= STREAM_MIN_REQUESTS
     hardware = resolve_hardware(cfg.hardware)
     pts = points(cfg)
+    if trace_events is not None and not Path(trace_events).resolve().parent.is_dir():
+        raise SimserveError(f"--trace-events {trace_events}: no such folder "
+                            f"{Path(trace_events).parent}")
     point_bar = progress and first.num_requests >= POINT_BAR_MIN_REQUESTS
     bar = None
     if progress:
@@ -148,8 +171,10 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
             for pt in pts:
                 if bar:
                     bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
+                trace = None if trace_events is None else \
+                    trace_path(trace_events, pt, len(pts) > 1)
                 results.append(run_point(cfg, pt, hardware, requests_sink=sink,
-                                         progress=point_bar))
+                                         progress=point_bar, trace_events=trace))
                 if bar:
                     bar.update()
         finally:

@@ -1,10 +1,11 @@
-"""`simserve sweep FILE [--out DIR] [--dry-run] [--executor local|dask] [--workers N]
-[--scheduler ADDRESS] [--set KEY=VALUE ...]`."""
+"""`simserve sweep FILE [--out DIR] [--dry-run] [--executor local|dask|ray] [--workers N]
+[--scheduler ADDRESS] [--address ADDRESS] [--set KEY=VALUE ...]`."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from simserve.runner.executors import EXECUTORS
 from simserve.runner.point import TABLE_COLUMNS, table_footer
 from simserve.runner.sweep import check_points, load_sweep
 from simserve.runner.sweep_run import check_sweep_out, point_status, run_sweep
@@ -56,7 +57,7 @@ def _sweep(args: argparse.Namespace) -> int:
               f"{n_sim - n_done} to run; results would go to {out}/")
         return 0
     res = run_sweep(sweep, out, executor=args.executor, workers=args.workers,
-                    scheduler=args.scheduler, progress=not args.quiet)
+                    scheduler=args.scheduler, address=args.address, progress=not args.quiet)
     if len(res.records) <= MAX_TABLE_ROWS:
         cols = _ident_columns(sweep) + [c for c in TABLE_COLUMNS
                                         if any(r.get(c[0]) is not None for r in res.records)]
@@ -80,13 +81,17 @@ def register(sub) -> None:
     p.add_argument("--out", help="results folder (default results/NAME-sweep)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the points (done or to run) and run nothing")
-    p.add_argument("--executor", choices=("local", "dask"), default="local",
-                   help="local process pool (default) or a Dask distributed cluster")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local process pool (default), a Dask distributed cluster or a Ray "
+                        "cluster (docs/how-to/scale-out.md)")
     p.add_argument("--workers", type=int,
                    help="local: processes (default all cores; 1 runs in this process); "
-                        "dask without --scheduler: workers of a LocalCluster")
+                        "dask without --scheduler: workers of a LocalCluster; ray without "
+                        "--address: CPUs of a local Ray instance")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="Dask scheduler address, e.g. tcp://10.0.0.5:8786")
+    p.add_argument("--address", metavar="ADDRESS",
+                   help="Ray cluster address, e.g. 10.0.0.5:6379, ray://10.0.0.5:10001 or auto")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config value (also sweep.KEY=[...] and "
                         "variants.NAME.KEY=VALUE)")

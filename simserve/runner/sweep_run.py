@@ -20,28 +20,14 @@ from pathlib import Path
 import pandas as pd
 
 from simserve.errors import ConfigError, SimserveError
-from simserve.runner.config import TOP_KEYS, ExperimentConfig
-from simserve.runner.point import points, run_point
+from simserve.runner.config import TOP_KEYS
 from simserve.runner.storage import (atomic_folder, out_lock, records_frame, records_json,
                                      write_config, write_records)
 from simserve.runner.sweep import Sweep, SweepPoint, check_points
-from simserve.hardware.setup import Hardware
+from simserve.runner.sweep_task import SweepTask, simulate_one, sweep_inputs
 
 POINT_FILES = ("record.json", "requests.csv", "config.yaml")
 LEGACY_RECORD = "summary.json"  # a point's record before record.json
-
-
-def simulate_one(task: tuple[ExperimentConfig, Hardware, str]) -> tuple[dict, str]:
-    """Run a point's simulation (in a worker): its run summary and requests.csv text. The
-    result depends on the config alone, whichever process or machine runs it. The hardware
-    comes resolved from the parent (pickled: ~100 KB, under 1 ms) because parsing the
-    profiles' YAML would cost a worker ~0.5 s per point."""
-    cfg, hardware, where = task
-    try:
-        res = run_point(cfg, points(cfg)[0], hardware)
-    except SimserveError as exc:
-        raise type(exc)(f"{exc} (in the sweep point {where})") from None
-    return res.summary, res.requests.to_csv(index=False, float_format="%.9g")
 
 
 def is_done(folder: Path) -> bool:
@@ -116,22 +102,24 @@ class SweepOutcome:
 
 
 def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: int | None = None,
-              scheduler: str | None = None, progress: bool = True, client=None) -> SweepOutcome:
+              scheduler: str | None = None, progress: bool = True, client=None,
+              address: str | None = None) -> SweepOutcome:
     """Run the points whose folders are missing, then write OUT/summary.json and .csv.
-    `client` (a `distributed.Client`) is used by the dask executor when given."""
-    from tqdm.auto import tqdm
-
-    from simserve.runner.executors import check_executor, make_executor
+    `client` (a `distributed.Client`) is used by the dask executor when given; `address` is
+    a Ray cluster's (the ray executor; a process that called `ray.init` needs none)."""
+    from simserve.runner.executors import check_executor
 
     out = Path(out)
-    check_executor(executor, workers, scheduler)
+    ex_opts = dict(name=executor, workers=workers, scheduler=scheduler, client=client,
+                   address=address)
+    check_executor(executor, workers, scheduler, address)
     check_sweep_out(out)
     with out_lock(out):  # a second sweep into the same folder at the same time is refused
-        return _run_sweep(sweep, out, executor, workers, scheduler, progress, client)
+        return _run_sweep(sweep, out, ex_opts, progress)
 
 
-def _run_sweep(sweep: Sweep, out: Path, executor: str, workers: int | None,
-               scheduler: str | None, progress: bool, client) -> SweepOutcome:
+def _run_sweep(sweep: Sweep, out: Path, ex_opts: dict, progress: bool) -> SweepOutcome:
+    """`ex_opts`: `make_executor`'s arguments."""
     from tqdm import tqdm
 
     from simserve.runner.executors import make_executor
@@ -142,16 +130,17 @@ def _run_sweep(sweep: Sweep, out: Path, executor: str, workers: int | None,
     todo = [sp for sp in unique if not is_done(pdir / sp.key)]
     skipped = len(unique) - len(todo)
     # the executor first: a scheduler that cannot be reached leaves no folder behind
-    ex = make_executor(executor, workers=workers, scheduler=scheduler, client=client) \
-        if todo else nullcontext()
+    ex = make_executor(**ex_opts) if todo else nullcontext()
     with ex:
         pdir.mkdir(parents=True, exist_ok=True)
         clean_temp(pdir)
         with tqdm(total=len(unique), initial=skipped, desc=sweep.name, unit="point",
                   file=sys.stderr, leave=False, disable=not progress) as bar:
             if todo:
-                tasks = [(sp.cfg, hardware[sp.cfg.hardware], sp.describe()) for sp in todo]
-                for i, (summary, csv) in ex.map_unordered(simulate_one, tasks):
+                # what the points read from disk, read here: a worker may be on another machine
+                inputs = sweep_inputs([sp.cfg for sp in todo], hardware)
+                tasks = [SweepTask(sp.cfg, sp.describe()) for sp in todo]
+                for i, (summary, csv) in ex.map_unordered(simulate_one, tasks, inputs):
                     write_point(pdir, todo[i], summary, csv)
                     bar.update()
     records = [read_record(pdir, sp) for sp in sweep.points]

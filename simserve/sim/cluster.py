@@ -29,6 +29,7 @@ class Channel:
         self.num_transfers = 0
         self.bytes_moved = 0
         self.busy_s = 0.0
+        self.trace = None   # a TraceEvents sink (--trace-events), else None
 
     def duration_s(self, nbytes: float) -> float:
         return self.latency_s + nbytes / self.bytes_per_s
@@ -42,6 +43,8 @@ class Channel:
             self.num_transfers += 1
             self.bytes_moved += int(nbytes)
             self.busy_s += d
+            if self.trace is not None:
+                self.trace.transfer(self.name, self.env.now - d, d, nbytes)
 
     def start(self, nbytes: float) -> simpy.Process:
         return self.env.process(self.transfer(nbytes))
@@ -52,11 +55,15 @@ class Channel:
         """Nobody holds or waits for the channel."""
         return not self._res.users and not self._res.queue
 
-    def book(self, nbytes: float, d: float) -> None:
-        """Count a transfer of `d` seconds that an engine worked out in closed form."""
+    def book(self, nbytes: float, d: float, end_s: float | None = None) -> None:
+        """Count a transfer of `d` seconds that an engine worked out in closed form (ending
+        at `end_s`: where a trace draws it; None: now)."""
         self.num_transfers += 1
         self.bytes_moved += int(nbytes)
         self.busy_s += d
+        if self.trace is not None:
+            end = self.env.now if end_s is None else end_s
+            self.trace.transfer(self.name, end - d, d, nbytes)
 
     def hold_until(self, end: float, nbytes: float, d: float):
         """A process: hold the channel until exactly `end` for a transfer that started
@@ -64,7 +71,7 @@ class Channel:
         with self._res.request() as req:
             yield req
             yield at(self.env, end)
-            self.book(nbytes, d)
+            self.book(nbytes, d, end)
 
     @property
     def queue_len(self) -> int:
@@ -89,6 +96,10 @@ class Cluster:
     pcie: HardwareProfile
     nvlink: HardwareProfile | None = None
     nvlink_channels: dict[tuple[int, int], Channel] = field(default_factory=dict)
+
+    @property
+    def channels(self) -> list[Channel]:
+        return [c for g in self.gpus for c in (g.h2d, g.d2h)] + list(self.nvlink_channels.values())
 
     @classmethod
     def build(cls, env: simpy.Environment, gpu: HardwareProfile, num_gpus: int,

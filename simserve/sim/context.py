@@ -118,6 +118,9 @@ class Recorder:
         self.tokens_total = array("q")
         self.num_iterations = 0
         self.num_steps_scheduled = 0  # iterations scheduled one by one (the rest were leapt)
+        # a `trace_events.TraceEvents` when the run writes a timeline (`--trace-events`);
+        # engines test `trace is not None` once per iteration and do nothing else without it
+        self.trace = None
 
     @property
     def engine(self) -> list:

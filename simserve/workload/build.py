@@ -57,8 +57,22 @@ def _check_seed(seed) -> int:
     return int(seed)
 
 
+def is_trace_file(trace: str) -> bool:
+    """Whether `trace` names a trace file (a manifest name or a path), not a generator."""
+    return trace not in SYNTHETIC and trace != RANDOM
+
+
+def load_named_trace(trace: str) -> Workload:
+    """A trace file (manifest name or path) parsed and named as a run names it: what
+    `build_workload(loaded=...)` takes, so that a process that cannot see the file (a worker on
+    another machine) builds the same requests from what the submitting process read."""
+    path = resolve_trace(trace, also_known=(*SYNTHETIC, RANDOM))
+    name = trace if trace in load_manifest() else path.stem
+    return dataclasses.replace(load_trace(path), name=name)
+
+
 def _load(trace: str, num_requests: int | None, seed: int, start: int, random: dict,
-          tiles: int = 1) -> Workload:
+          tiles: int = 1, loaded: Workload | None = None) -> Workload:
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise ConfigError(f"start: expected an integer >= 0, got {start!r}")
     if tiles != 1 and (trace in SYNTHETIC or trace == RANDOM):
@@ -76,12 +90,10 @@ def _load(trace: str, num_requests: int | None, seed: int, start: int, random: d
         n = check_count(num_requests)
         w = SYNTHETIC[trace].generate(start + n, seed)
         return first_n(w, n, start) if start else w
-    path = resolve_trace(trace, also_known=(*SYNTHETIC, RANDOM))
-    w = load_trace(path)
-    name = trace if trace in load_manifest() else path.stem
-    w = tile(dataclasses.replace(w, name=name), tiles)
+    w = tile(loaded if loaded is not None else load_named_trace(trace), tiles)
     if start >= w.num_requests:
-        raise ConfigError(f"start: {start} is past the end of {name} ({w.num_requests} requests)")
+        raise ConfigError(f"start: {start} is past the end of {w.name} ({w.num_requests} "
+                          "requests)")
     n = w.num_requests - start if num_requests is None else num_requests
     return first_n(w, n, start)
 
@@ -90,7 +102,8 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
                    seed: int, burstiness_cv: float = 1.0, max_context: int | None = None,
                    start: int = 0, overlong: str = "drop", random_input_len: int = 1024,
                    random_output_len: int = 128, random_range_ratio: float = 0.0,
-                   max_concurrency: int | None = None, tile: int = 1) -> Workload:
+                   max_concurrency: int | None = None, tile: int = 1,
+                   loaded: Workload | None = None) -> Workload:
     """Requests for one run.
 
     trace: a built-in synthetic name (`SYNTHETIC`), `random` (vLLM's random dataset, lengths
@@ -105,6 +118,7 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
     overlong: what to do with a request whose prompt + output exceeds `max_context`: `drop`
     it (counted in `num_dropped`) or `cap` it (prompt to max_context - 1, then the output;
     counted in `num_capped`).
+    loaded: the trace file already parsed (`load_named_trace(trace)`); it is then not read.
     """
     if arrival not in ARRIVALS:
         raise ConfigError(f"arrival: expected one of {', '.join(ARRIVALS)}, got {arrival!r}"
@@ -126,7 +140,7 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
             rate = check_positive(rate, "rate")
     w = _load(trace, num_requests, seed, start,
               {"input_len": random_input_len, "output_len": random_output_len,
-               "range_ratio": random_range_ratio}, tile)
+               "range_ratio": random_range_ratio}, tile, loaded)
     if max_context is not None and overlong == "drop":
         w = drop_overlong(w, max_context)
     if at_once:  # every request at t = 0, as vLLM sends them at an infinite rate

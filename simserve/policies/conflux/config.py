@@ -39,21 +39,33 @@ class ConfluxConfig:
     `fcfs` is ConfluxServe-FCFS (the paper's execution-only comparison). The GPUs are split into
     `instances` XP instances; each has `num_gpus / instances / tp` logical ranks of TP `tp`."""
 
+    # XP instances the GPUs are split into; the global router sends each arrival to the one
+    # with the least queued prefill work per logical rank (§5)
     instances: int = 1
     tp: int = 1                      # base TP per logical rank (§8.1: 1 for 8B/14B, 2 for 32B)
+    # "slo": ConfluxServe (Alg. 1: Moore–Hodgson admission, EDF then SJF backfill);
+    # "fcfs": ConfluxServe-FCFS, the paper's execution-only comparison (§8)
     scheduler: str = "slo"
-    ttft_ms: float = 2000.0          # §8.1: 2 s / 100 ms for Qwen3-14B/32B (1 s / 50 ms for 8B)
+    # TTFT SLO that admission plans against (Moore–Hodgson, Alg. 4); §8.1: 2 s / 100 ms for
+    # Qwen3-14B/32B (1 s / 50 ms for 8B)
+    ttft_ms: float = 2000.0
     tbt_ms: float = 100.0            # τ: the TBT budget every iteration is dispatched against
-    # contention factors of the split attention region; None: the GPU profile's measured
+    # α: slowdown of the decode-attention path when it overlaps prefill attention in the split
+    # attention region (Eq. 2: T = max(β·T_P, α·T_D)); None: the GPU profile's measured
     # `overheads.sp_contention` (h200-sxm: α 1.0, β 1.72 from real SP2 runs, validation/) or,
     # without one, the paper's Fig. 14a value 1.28 (simserve/cost/sp.py)
     alpha: float | None = None
+    # β: slowdown of the prefill-attention path in the same region; None as for alpha
     beta: float | None = None
     # the split attention region overlaps prefill and decode attention (max of the two paths);
     # False runs them one after the other (their sum): Fig. 13's first ablation
     overlap: bool = True
-    estimator: str = "paper"         # "paper" or "oracle" (above)
-    # dispatch against τ·(1 − margin); None: the preset's (paper 0, oracle calibrated, above)
+    # latency estimator dispatch uses: "paper" (Eq. 2–6 fitted as §6.2 / App. D: affine f_D,
+    # Eq. 2 to the letter, α, β fitted, no margin) or "oracle" (f_D from the profile, the cost
+    # model's α, β, a calibrated margin: knowledge the real system lacks); see ESTIMATORS
+    estimator: str = "paper"
+    # dispatch against τ·(1 − margin), a fraction; None: the estimator's (paper 0; oracle
+    # calibrated per configuration so the simulator's p99 iteration stays within τ)
     tbt_margin: float | None = DEFAULT_TBT_MARGIN
     # f_D of the estimator: "profile" evaluates the decode-attention profile of each rank's
     # decode set (longest context included: split-K stragglers); "affine" is Eq. 8 (a_D·Σc + a_D0)
@@ -62,13 +74,21 @@ class ConfluxConfig:
     # its contention factor too); False: α, β price the two paths running together only, as
     # the SP cost model does (estimator.py)
     estimator_literal: bool | None = None  # None: the preset's (paper True, oracle False)
-    eta: float = DEFAULT_ETA         # dual-mode placement threshold (not given by the paper)
+    # η: dual-mode decode placement (Alg. 3): while a feasible rank's KV use is below η, a
+    # finished prefill's decode goes worst-fit (spread), else best-fit (pack); the paper gives
+    # no value (placement.py)
+    eta: float = DEFAULT_ETA
+    # h: share of a rank's KV pool kept free when a finished prefill's KV is placed there
+    # (room for its decodes to grow; not given by the paper, placement.py); 0.05
     headroom: float = DEFAULT_HEADROOM
-    quantum: int = DEFAULT_QUANTUM   # water-level alignment q
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.90  # vLLM 0.15.1's default (the paper's base)
+    quantum: int = DEFAULT_QUANTUM   # water-level alignment q, tokens per rank (dispatch.py)
+    block_size: int = 16             # tokens per KV block
+    # share of HBM for weights, activations and KV: vLLM 0.15.1's default (the paper's base)
+    gpu_memory_utilization: float = 0.90
     max_tokens_per_rank: int = 8192  # activation reserve basis and the highest water level tried
     num_gpu_blocks_override: int | None = None  # KV blocks per logical rank
+    # iterations of at most the GPU profile's `graph_max_tokens` tokens are priced as a
+    # CUDA-graph replay, longer ones as eager launches; False: all eager
     cuda_graphs: bool = True
     leap: bool = True                # exact event leaping over decode-only stretches
 

@@ -25,6 +25,15 @@ class XpInstance(SpRanksEngine):
         super().__init__(*args, **kwargs)
         self._hints: dict = {}    # the last water levels found (searches start there)
 
+    def counters(self) -> dict:
+        """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
+        α, β and dispatch margin. The instances share one tracker; the runner sums engines'
+        counters per key, so only instance 0 reports it."""
+        if self.tracker is None or self.index != 0:
+            return {}
+        return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
+                    conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
+
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
         self._grow_decodes()
@@ -68,5 +77,6 @@ class XpInstance(SpRanksEngine):
             self.tracker.add(dt, self.est.iteration_time(
                 n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], self._rank_max()))
         dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+        self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 

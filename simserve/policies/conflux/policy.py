@@ -9,15 +9,14 @@ from __future__ import annotations
 import dataclasses
 
 from simserve.cost.sp import PAPER_CONTENTION, SpCostModel
-from simserve.errors import ConfigError
 from simserve.policies import register
+from simserve.policies.base import Deployment, deploy, executed, fitted_model, kv_blocks
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
 from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost, fit_paper
 from simserve.policies.conflux.tracking import EstimatorTracker
-from simserve.policies.sp_ranks import RankView, check_fits, instance_layout
+from simserve.policies.sp_ranks import check_fits, instance_layout
 from simserve.sim.context import SimContext
-from simserve.kv_budget import gpu_kv_budget
 
 
 def contention(cfg: ConfluxConfig, gpu) -> tuple[float, float]:
@@ -29,16 +28,17 @@ def contention(cfg: ConfluxConfig, gpu) -> tuple[float, float]:
 
 
 @register("conflux", ConfluxConfig)
-def build(ctx: SimContext, cfg: ConfluxConfig):
+def build(ctx: SimContext, cfg: ConfluxConfig) -> Deployment:
     hw, model = ctx.hardware, ctx.model
     R = instance_layout(hw.num_gpus, cfg.instances, cfg.tp, "conflux")
     alpha, beta = contention(cfg, hw.gpu)
-    try:
-        cost = SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, alpha, beta,
-                           cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank,
-                           overlap=cfg.overlap)
-    except ValueError as exc:
-        raise ConfigError(f"policy conflux: {exc}") from None
+    make = lambda: SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, alpha, beta,  # noqa: E731
+                               cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank,
+                               overlap=cfg.overlap)
+    # the estimator is fitted on the model (the scheduler's prediction, fixed before serving);
+    # the instances execute on `run_cost`, the same model through ctx.gpu_cost_hook
+    cost = fitted_model(make, "policy conflux")
+    run_cost = executed(ctx, cost)
     paper = cfg.estimator == "paper"          # config.py: the paper's estimator or the oracle
     decode = cfg.decode_estimate or ("affine" if paper else "profile")
     literal = paper if cfg.estimator_literal is None else cfg.estimator_literal
@@ -47,41 +47,32 @@ def build(ctx: SimContext, cfg: ConfluxConfig):
     else:
         est = fit_from_cost(cost, alpha, beta, cfg.max_tokens_per_rank, cfg.quantum, decode)
         est = dataclasses.replace(est, overlap=cfg.overlap, literal=literal)
-    kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
-                       cfg.block_size, cfg.max_tokens_per_rank, 1024, cuda_graphs=cfg.cuda_graphs)
-    blocks = cfg.num_gpu_blocks_override or kv.num_blocks
-    if blocks < 1:
-        raise ConfigError(f"policy conflux: tp: no memory left for KV on {hw.gpu.name} at TP"
-                          f"{cfg.tp} ({kv.summary()}); use a larger base TP degree")
-    check_fits(ctx, blocks, cfg.block_size, "conflux", kv.kv_bytes / 2**30, cfg.headroom)
+    blocks, kv = kv_blocks(ctx, "policy conflux: tp", cfg.tp, cfg.gpu_memory_utilization,
+                           cfg.block_size, cfg.max_tokens_per_rank, 1024,
+                           cfg.num_gpu_blocks_override, "use a larger base TP degree",
+                           cuda_graphs=cfg.cuda_graphs)
     # dispatch headroom: configured, else none (paper) or calibrated for this estimator at
     # this τ (oracle; config.py)
     margin = cfg.tbt_margin if cfg.tbt_margin is not None else \
         0.0 if paper else calibrate_margin(cost, est, cfg.tbt_ms * 1e-3)
     per = hw.num_gpus // cfg.instances
-    xs = [XpInstance(ctx, cfg, i, list(range(i * per, (i + 1) * per)), cost, est, blocks)
+    xs = [XpInstance(ctx, cfg, i, list(range(i * per, (i + 1) * per)), run_cost, est, blocks)
           for i in range(cfg.instances)]
+    counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
+                "ranks_per_instance": R, "tbt_margin": margin}
+    tracker = EstimatorTracker(cfg.tbt_ms * 1e-3)  # shared: instance 0 reports it
     for x in xs:
         x.margin = margin
-        ctx.env.process(x.run())
-    ctx.stats["engines"] = [dict(kv.summary(), num_gpu_blocks=blocks, instance=x.index,
-                                 rank=r, gpus=x.rank_gpus[r]) for x in xs for r in range(R)]
-    ctx.stats["_engines"] = [RankView(p) for x in xs for p in x.pools]
-    ctx.stats["conflux"] = counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
-                                       "ranks_per_instance": R, "tbt_margin": margin}
-    tracker = EstimatorTracker(cfg.tbt_ms * 1e-3)
-    for x in xs:
-        x.counters, x.tracker = counters, tracker
-    ctx.stats["_summary_counters"] = lambda: dict(
-        tracker.summary(), conflux_tbt_margin=margin, conflux_alpha=est.alpha,
-        conflux_beta=est.beta)
-    ctx.stats["estimator"] = {k: getattr(est, k) for k in
-                              ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0",
-                               "alpha", "beta", "literal")}
-    ctx.stats["estimator"].update(kind=cfg.estimator, decode=decode)
-    if len(xs) == 1:
-        return xs[0].enqueue
-
-    def on_arrival(rid: int) -> None:
-        min(xs, key=lambda x: (x.queued_work(), x.index)).enqueue(rid)
-    return on_arrival
+        x.counts = counters
+        x.tracker = tracker
+    estimator = {k: getattr(est, k) for k in
+                 ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0",
+                  "alpha", "beta", "literal")}
+    estimator.update(kind=cfg.estimator, decode=decode)
+    return deploy(
+        ctx, "conflux", xs, route_key=lambda x: x.queued_work(),
+        fits=lambda: check_fits(ctx, blocks, cfg.block_size, "conflux", kv.kv_bytes / 2**30,
+                                cfg.headroom),
+        engine_stats=[dict(kv.summary(), num_gpu_blocks=blocks, instance=x.index, rank=r,
+                           gpus=x.rank_gpus[r]) for x in xs for r in range(R)],
+        stats={"conflux": counters, "estimator": estimator})

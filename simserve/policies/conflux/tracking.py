@@ -23,13 +23,13 @@ class EstimatorTracker:
         """Flat keys for a run's summary: MAPE (|actual − estimate| / actual), bias
         ((actual − estimate) / estimate, > 0: the estimator under-predicts, as
         `fit.estimator_errors`), the share of these iterations longer than τ and their p99 / τ.
-        None when no iteration dispatched prefill."""
+        NaN when no iteration dispatched prefill (the runner sums counters: no None)."""
         n = len(self.actual)
         keys = ("conflux_estimator_mape", "conflux_estimator_bias",
                 "conflux_prefill_iter_over_tau_share", "conflux_p99_prefill_iter_over_tau")
         out = {"conflux_num_prefill_iterations": n}
         if n == 0:
-            out.update(dict.fromkeys(keys))
+            out.update(dict.fromkeys(keys, float("nan")))
             return out
         a, e = np.asarray(self.actual), np.asarray(self.estimate)
         vals = (float(np.mean(np.abs(a - e) / a)), float(np.mean((a - e) / e)),

@@ -10,20 +10,26 @@ from simserve.policies.queues import check_scheduler
 class DistServeConfig:
     """None means "half of the GPUs" for the TP degrees (the paper's best 1:1 split)."""
 
+    # TP degree of each prefill instance; the first half of the GPUs holds half / prefill_tp
+    # of them. None: half the GPUs, one instance (ConfluxServe §8.1: TP2 + TP2 on 4 GPUs)
     prefill_tp: int | None = None
+    # TP degree of each decode instance, on the second half of the GPUs; None: half the GPUs
     decode_tp: int | None = None
     # whole prompts are batched FCFS up to this many tokens (a longer prompt runs alone):
-    # vLLM's API-server token budget on >= 70 GiB GPUs (policies.md §2), which the paper's
-    # vLLM prefill instance runs with
+    # vLLM's API-server token budget on >= 70 GiB GPUs (`EngineArgs.get_batch_defaults`),
+    # which the paper's vLLM prefill instance runs with
     prefill_max_tokens: int = 8192
     max_num_seqs: int = 1024          # decode batch cap (vLLM default on H100)
     scheduler: str = "fcfs"           # prefill queue order; "srpt" is DistServe++
-    gpu_memory_utilization: float = 0.90  # vLLM v0.15.1 default (policies.md §2)
-    block_size: int = 16
+    # share of HBM for weights, activations and KV: vLLM v0.15.1's default (vllm/config/cache.py)
+    gpu_memory_utilization: float = 0.90
+    block_size: int = 16              # tokens per KV block
+    # iterations of at most the GPU profile's `graph_max_tokens` tokens are priced as a
+    # CUDA-graph replay, longer ones as eager launches; False: all eager
     cuda_graphs: bool = True
     leap: bool = True  # decode pool: exact event leaping; False steps one by one
-    prefill_blocks_override: int | None = None  # KV blocks per prefill instance (tests)
-    decode_blocks_override: int | None = None   # KV blocks per decode instance (tests)
+    prefill_blocks_override: int | None = None  # KV blocks per prefill instance (replaces the pool)
+    decode_blocks_override: int | None = None   # KV blocks per decode instance (replaces the pool)
 
     def validate(self) -> None:
         for name in ("prefill_tp", "decode_tp", "prefill_blocks_override",

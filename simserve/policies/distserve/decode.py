@@ -19,6 +19,7 @@ from collections import deque
 
 import numpy as np
 
+from simserve.policies.base import EngineBase
 from simserve.policies.distserve.prefill import make_pool
 from simserve.policies.signal import Signal, sleep_until
 from simserve.sim.leap import decode_ends
@@ -26,7 +27,7 @@ from simserve.sim.leap import decode_ends
 LEAP_CAP = 8192
 
 
-class DecodeInstance:
+class DecodeInstance(EngineBase):
     def __init__(self, ctx, cfg, index: int, gpus: list[int]):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         self.pool, self.cost, self.kv_summary = make_pool(
@@ -82,6 +83,12 @@ class DecodeInstance:
                 yield from sleep_until(env, float(ends[kd - 1]))
             if kd > 1:
                 t.emit_many(ids, ends[:kd - 1])
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    f"decode instance {self.index} (GPU {','.join(map(str, self.gpus))})",
+                    clock, float(ends[kd - 1]), "decode" if kd == 1 else f"decode x{kd}",
+                    steps=kd, prefill_tokens=0, decodes=len(ids),
+                    kv_blocks_used=self.pool.num_used)
             clock = float(ends[kd - 1])
             done = t.emit(ids, clock)
             t.computed[ids] += kd

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from simserve.errors import ConfigError
 from simserve.policies import register
+from simserve.policies.base import Deployment, deploy
 from simserve.policies.distserve.config import DistServeConfig
 from simserve.policies.distserve.decode import DecodeInstance, Handoff
 from simserve.policies.distserve.prefill import PrefillInstance
@@ -22,7 +23,7 @@ def _split(G: int, cfg: DistServeConfig) -> tuple[int, int]:
 
 
 @register("distserve", DistServeConfig)
-def build(ctx, cfg: DistServeConfig):
+def build(ctx, cfg: DistServeConfig) -> Deployment:
     G = ctx.hardware.num_gpus
     tp_p, tp_d = _split(G, cfg)
     half = G // 2
@@ -32,7 +33,10 @@ def build(ctx, cfg: DistServeConfig):
     prefills = [PrefillInstance(ctx, cfg, 100 + i, list(range(i * tp_p, (i + 1) * tp_p)),
                                 handoff.submit) for i in range(half // tp_p)]
     t = ctx.table
-    if t.n:
+
+    def fits() -> None:
+        if not t.n:
+            return
         for what, need, pool in (("prompt", int(t.prompt.max()), prefills[0].pool),
                                  ("prompt + output", int((t.prompt + t.output).max()),
                                   decoders[0].pool)):
@@ -40,17 +44,8 @@ def build(ctx, cfg: DistServeConfig):
                 raise ConfigError(f"policy distserve: a request needs {need} tokens of KV "
                                   f"({what}) but {pool.name} holds {pool.capacity_tokens}; cap "
                                   "the workload's context or raise the TP degree")
-    for e in (*prefills, *decoders):
-        ctx.env.process(e.run())
-    ctx.env.process(handoff.run())
-    ctx.stats["engines"] = [dict(e.kv_summary, gpus=e.gpus, role=role)
-                            for role, es in (("prefill", prefills), ("decode", decoders))
-                            for e in es]
-    ctx.stats["_engines"] = [*prefills, *decoders]
-
-    def on_arrival(rid: int) -> None:
-        min(prefills, key=lambda e: (e.load(), e.index)).enqueue(rid)
-    return on_arrival
-
-
-__all__ = ["DistServeConfig", "build"]
+    return deploy(ctx, "distserve", [*prefills, *decoders], routes_to=prefills, fits=fits,
+                  engine_stats=[dict(e.kv_summary, gpus=e.gpus, role=role)
+                                for role, es in (("prefill", prefills), ("decode", decoders))
+                                for e in es],
+                  also_run=[handoff.run()])

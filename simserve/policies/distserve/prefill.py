@@ -8,32 +8,26 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
-from simserve.errors import ConfigError
+from simserve.policies.base import EngineBase, cost_model, kv_blocks
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
-from simserve.kv_budget import gpu_kv_budget
 
 
 def make_pool(ctx, cfg, name: str, tp: int, max_tokens: int, max_seqs: int,
               blocks_override: int | None = None):
-    hw = ctx.hardware
-    kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, tp, cfg.gpu_memory_utilization,
-                       cfg.block_size, max_tokens, max_seqs, cuda_graphs=cfg.cuda_graphs,
-                       graphs_counted=False)
-    if kv.num_blocks < 1:
-        raise ConfigError(f"policy distserve: no memory left for KV on {hw.gpu.name} at TP{tp} "
-                          f"({kv.summary()}); use a larger TP degree")
-    try:
-        cost = GpuCostModel(ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
-                            table_tokens=max(max_tokens, max_seqs))
-    except ValueError as exc:
-        raise ConfigError(f"policy distserve: {exc}") from None
-    blocks = blocks_override or kv.num_blocks
+    blocks, kv = kv_blocks(ctx, "policy distserve", tp, cfg.gpu_memory_utilization,
+                           cfg.block_size, max_tokens, max_seqs, blocks_override,
+                           "use a larger TP degree", cuda_graphs=cfg.cuda_graphs,
+                           graphs_counted=False)
+    cost = cost_model(ctx, lambda: GpuCostModel(ctx.model, ctx.hardware.gpu, tp,
+                                                ctx.hardware.nvlink, cfg.cuda_graphs,
+                                                table_tokens=max(max_tokens, max_seqs)),
+                      "policy distserve")
     return BlockPool(name, blocks, cfg.block_size), cost, dict(kv.summary(), num_gpu_blocks=blocks)
 
 
-class PrefillInstance:
+class PrefillInstance(EngineBase):
     def __init__(self, ctx, cfg, index: int, gpus: list[int], handoff):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         self.budget = cfg.prefill_max_tokens
@@ -86,7 +80,13 @@ class PrefillInstance:
             shape = BatchShape(num_tokens=int(p.sum()), prefill_chunks=p,
                                prefill_ctx=np.zeros(len(ids), dtype=np.int64),
                                num_sample_rows=len(ids))
+            start = env.now
             yield env.timeout(self.cost.step_s(shape))
+            if self.ctx.recorder.trace is not None:
+                self.ctx.recorder.trace.iteration(
+                    f"prefill instance {self.index} (GPU {','.join(map(str, self.gpus))})",
+                    start, env.now, "prefill", prefill_tokens=shape.num_tokens,
+                    prefill_chunks=p, decodes=0, kv_blocks_used=self.pool.num_used)
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
             t.computed[ids] = p

@@ -14,12 +14,20 @@ class DualPaceConfig:
     host_kv_gib: float = 120.0
     cpu_tp: int = 1                   # CPU TP ranks of cores/cpu_tp cores each (§5, Fig. 11a)
     # -- profile-guided controls (§4.3; advisory, overridable) ---------------------------------
-    cpu_batch_limit: int | None = None          # C: profile's throughput-maximising batch (256)
-    gpu_token_limit: int | None = None          # profiled batched-token limit (1024 on the 4090)
-    assist_p: int | None = None                 # Dense Assist thresholds (P, F) of Alg. 1;
-    assist_f: int | None = None                 # both None: fitted from the profiles at build
+    # C, most decodes in one CPU-engine batch; None: the CPU profile's throughput-maximising
+    # batch (256 on the Xeon Silver 4510, Fig. 7b)
+    cpu_batch_limit: int | None = None
+    # batched-token limit of a GPU round; None: the knee of the profiled per-layer throughput
+    # (1024 on the RTX 4090)
+    gpu_token_limit: int | None = None
+    # Dense Assist routing thresholds (P, F) of Eq. 5 / Alg. 1, in CPU batch rows: Full-CPU
+    # for b <= F, Split-Final for F < b <= P, Fused-Assist above P; (0, 0) or 0 <= F < P.
+    # Both None: chosen by Alg. 1 from the profiles at build ((32, 16) on RTX 4090 + Xeon 4510)
+    assist_p: int | None = None
+    assist_f: int | None = None                 # F of (P, F): set both or neither (see assist_p)
     assist_eps: float = 0.0025                  # Alg. 1 regret tolerance (§4.3: 0.25 %)
-    assist_lambda: float = 1.0                  # λ_GPU of Eq. 6 (§4.3: 1)
+    # λ_GPU, weight of the GPU disturbance D in Alg. 1's score S = T + λ·D (Eq. 6; §4.3: 1)
+    assist_lambda: float = 1.0
     # host launch + finalise of one assist on the GPU worker's service path (µs); None: Fig.
     # 12's figure for the platform, `controls.assist_host_us` (300 on the 4090, 459 on H20)
     assist_host_us: float | None = None
@@ -30,21 +38,26 @@ class DualPaceConfig:
     hard_token_limit: int = 8192
     # Whether prefills are chunked is not stated. NEO (the code base DualPace compares with and
     # whose Prefill-to-CPU it follows) runs whole prompts, with the profiled limit as a soft cap:
-    # the first prompt of a round is always admitted (policies.md §10).
+    # the first prompt of a round is always admitted (a judgement call: the paper does not say).
     chunked_prefill: bool = False
     max_num_seqs: int | None = None   # GPU row limit; None: vLLM 0.22.1's default for the GPU
-    gpu_memory_utilization: float = 0.92   # as the vLLM 0.22.1 baseline
+    # share of the GPU's HBM for weights, activations and KV, as the vLLM 0.22.1 baseline
+    gpu_memory_utilization: float = 0.92
     staging_tokens: int | None = None  # Prefill-to-CPU GPU staging per round; None: hard limit
     # "host decode-admission limit" of App. A.1 step 5, read as a cap on CPU-owned requests
     # (running + waiting) for Prefill-to-CPU admission; the paper gives no value: None = Eq. 2
     # only (e.g. set it to the CPU batch limit to keep the host backlog within one CPU batch)
     host_admission_limit: int | None = None
-    block_size: int = 16
+    block_size: int = 16              # tokens per KV block, GPU and host pools
     tp: int | None = None             # GPU TP degree; None: all GPUs (one GPU engine, §6.1)
+    # iterations of at most the GPU profile's `graph_max_tokens` tokens are priced as a
+    # CUDA-graph replay, longer ones as eager launches; False: all eager
     cuda_graphs: bool = True
+    # GiB per GPU held back for activations before the GPU KV pool is sized; None: estimated
+    # from the model's shapes at `hard_token_limit` (kv_budget.py)
     activation_reserve_gib: float | None = None
-    num_gpu_blocks_override: int | None = None
-    num_cpu_blocks_override: int | None = None
+    num_gpu_blocks_override: int | None = None  # GPU KV blocks, replacing the computed pool
+    num_cpu_blocks_override: int | None = None  # host KV blocks, replacing host_kv_gib's
     # exact event leaping: decode-only GPU rounds leapt, assists and Prefill-to-CPU copies worked
     # out in closed form when nothing can interfere; False steps every event (the reference)
     leap: bool = True

@@ -84,7 +84,7 @@ class CopyStream:
         """Count the copies that ended before `before` on the channel, in order."""
         ends = self.ends
         while self.booked < len(ends) and ends[self.booked] < before:
-            self.d2h.book(self.nbytes, self.d)
+            self.d2h.book(self.nbytes, self.d, ends[self.booked])
             self.eng.p2c_copy_bytes += int(self.nbytes)
             self.booked += 1
 

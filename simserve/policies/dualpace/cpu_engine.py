@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simserve.policies.base import EngineBase
 from simserve.policies.dualpace.state import CPU, NONE, SharedState
 
 
-class CpuEngine:
+class CpuEngine(EngineBase):
     index = 1
 
     def __init__(self, ctx, st: SharedState, executor, batch_limit: int, token_limit: int):
@@ -26,8 +27,18 @@ class CpuEngine:
         self.pool = st.host_pool            # run.py reports its peak / end use
         self.gpu_poke = None                # set by build: wakes the GPU engine
         self.num_batches = 0
+        self.num_tokens = 0                 # tokens decoded on the CPU
         self.busy_s = 0.0
         self.in_batch = False               # running a batch (`ex` knows where it stands)
+
+    def counters(self) -> dict:
+        """The CPU tier's mechanism counts: batches, tokens decoded here, busy time, batches
+        per Dense Assist route (Eq. 5), the host pool's peak."""
+        full, split, fused = self.ex.route_counts
+        return {"num_cpu_batches": self.num_batches, "num_cpu_tokens": self.num_tokens,
+                "cpu_busy_s": self.busy_s, "num_full_cpu_batches": full,
+                "num_split_final_batches": split, "num_fused_assist_batches": fused,
+                "num_cpu_blocks": self.pool.num_blocks, "host_kv_peak_blocks": self.pool.peak_used}
 
     def _select(self) -> list[int]:
         st, t = self.st, self.ctx.table
@@ -117,6 +128,12 @@ class CpuEngine:
             self.in_batch = False
             self.busy_s += env.now - t0
             self.num_batches += 1
+            if self.ctx.recorder.trace is not None:
+                self.ctx.recorder.trace.iteration(
+                    f"CPU engine {self.index}", t0, env.now, "CPU decode", group="cpu",
+                    prefill_tokens=0, decodes=len(ids), context_tokens=ctx_sum,
+                    host_kv_blocks_used=st.host_pool.num_used)
+            self.num_tokens += len(ids)
             self.ctx.recorder.num_iterations += 1
             self.ctx.recorder.num_steps_scheduled += 1
             if st.log is not None:

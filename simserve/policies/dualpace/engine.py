@@ -9,6 +9,7 @@ from simserve.cost.cpu import CpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies.dualpace import controls
 from simserve.policies import register
+from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.dualpace.assist import CpuBatchExecutor, fit_thresholds
 from simserve.policies.dualpace.config import DualPaceConfig
 from simserve.policies.dualpace.cpu_engine import CpuEngine
@@ -16,7 +17,7 @@ from simserve.policies.dualpace.gpu_engine import GpuEngine
 from simserve.policies.dualpace.gpu_worker import GpuWorker
 from simserve.policies.dualpace.state import SharedState
 from simserve.sim.kv import BlockPool
-from simserve.kv_budget import GIB, gpu_kv_budget
+from simserve.kv_budget import GIB
 
 
 def resolve(ctx, cfg: DualPaceConfig) -> dict:
@@ -31,11 +32,9 @@ def resolve(ctx, cfg: DualPaceConfig) -> dict:
                           f"GPU(s); tp={tp} must equal num_gpus")
     big = float(hw.gpu.spec["memory_gib"]) >= 70
     max_seqs = cfg.max_num_seqs or (1024 if big else 256)    # vLLM 0.22.1's defaults
-    try:
-        gcost = GpuCostModel(m, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
-                             table_tokens=max(cfg.hard_token_limit, max_seqs))
-    except ValueError as exc:
-        raise ConfigError(f"policy.tp: {exc}") from None
+    gcost = cost_model(ctx, lambda: GpuCostModel(m, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
+                                                 table_tokens=max(cfg.hard_token_limit,
+                                                                  max_seqs)), "policy.tp")
     ccost = CpuCostModel(m, hw.cpu, hw.cpu_cores, cfg.cpu_tp)
     token_limit = cfg.gpu_token_limit or controls.gpu_token_limit_from(hw.gpu, m, tp)
     C = cfg.cpu_batch_limit or controls.cpu_batch_limit_from(
@@ -47,14 +46,11 @@ def resolve(ctx, cfg: DualPaceConfig) -> dict:
                               cfg.assist_eps, cfg.assist_lambda)
     else:
         P, F = cfg.assist_p, cfg.assist_f
-    kv = gpu_kv_budget(m, hw.gpu_memory_bytes, tp, cfg.gpu_memory_utilization, cfg.block_size,
-                       cfg.hard_token_limit, max_seqs,
-                       activation_reserve_gib=cfg.activation_reserve_gib,
-                       cuda_graphs=cfg.cuda_graphs)
-    gpu_blocks = cfg.num_gpu_blocks_override or kv.num_blocks
-    if gpu_blocks < 1:
-        raise ConfigError(f"policy dualpace: no memory left for KV on {hw.gpu.name} at TP{tp} "
-                          f"({kv.summary()})")
+    gpu_blocks, kv = kv_blocks(ctx, "policy dualpace", tp, cfg.gpu_memory_utilization,
+                               cfg.block_size, cfg.hard_token_limit, max_seqs,
+                               cfg.num_gpu_blocks_override,
+                               activation_reserve_gib=cfg.activation_reserve_gib,
+                               cuda_graphs=cfg.cuda_graphs)
     host_blocks = cfg.num_cpu_blocks_override or int(
         cfg.host_kv_gib * GIB // (cfg.block_size * m.kv_bytes_per_token))
     if host_blocks < 1:
@@ -67,7 +63,7 @@ def resolve(ctx, cfg: DualPaceConfig) -> dict:
 
 
 @register("dualpace", DualPaceConfig)
-def build(ctx, cfg: DualPaceConfig):
+def build(ctx, cfg: DualPaceConfig) -> Deployment:
     r = resolve(ctx, cfg)
     env, cl = ctx.env, ctx.cluster
     gpu_pool = BlockPool("dualpace.gpu_kv", r["num_gpu_blocks"], cfg.block_size)
@@ -75,9 +71,6 @@ def build(ctx, cfg: DualPaceConfig):
     t = ctx.table
     st = SharedState(env, t, gpu_pool, host_pool)
     st.cpu_batch_limit = r["cpu_batch_limit"]
-    if t.n and int(st.peak.max()) > gpu_pool.num_blocks + host_pool.num_blocks:
-        raise ConfigError("policy dualpace: a request's KV exceeds both pools; cap the "
-                          "workload's context or raise host_kv_gib")
     t.track_cpu_tokens()
     worker = GpuWorker(env, cl.gpus[0].h2d, cl.gpus[0].d2h, r["assist_host_us"] * 1e-6,
                        r["staged"], closed_form=cfg.leap)
@@ -89,10 +82,11 @@ def build(ctx, cfg: DualPaceConfig):
     cpu = CpuEngine(ctx, st, ex, r["cpu_batch_limit"], cfg.hard_token_limit)
     cpu.gpu_poke = gpu.poke
     gpu.cpu = cpu
-    env.process(gpu.run())
-    env.process(cpu.run())
-    ctx.stats["engines"] = [{k: v for k, v in r.items() if not k.endswith("_cost")}]
-    ctx.stats["dualpace"] = gpu.counts
-    ctx.stats["dualpace_routes"] = ex.route_counts
-    ctx.stats["_engines"] = [gpu, cpu]
-    return gpu.enqueue
+
+    def fits() -> None:
+        if t.n and int(st.peak.max()) > gpu_pool.num_blocks + host_pool.num_blocks:
+            raise ConfigError("policy dualpace: a request's KV exceeds both pools; cap the "
+                              "workload's context or raise host_kv_gib")
+    return deploy(ctx, "dualpace", [gpu, cpu], routes_to=[gpu], fits=fits,
+                  engine_stats=[{k: v for k, v in r.items() if not k.endswith("_cost")}],
+                  stats={"dualpace": gpu.counts, "dualpace_routes": ex.route_counts})

@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 from simserve.cost import BatchShape
+from simserve.policies.base import EngineBase
 from simserve.policies.dualpace.copies import CopyStream
 from simserve.policies.dualpace.gpu_leap import plan_leap
 from simserve.policies.dualpace.gpu_schedule import plan_round
@@ -25,7 +26,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 DECODE_LOOKAHEAD = 64     # decode steps priced per cost-model call
 
 
-class GpuEngine:
+class GpuEngine(EngineBase):
     index = 0
 
     def __init__(self, ctx, cfg, st: SharedState, worker, cost, *, max_seqs: int,
@@ -58,6 +59,17 @@ class GpuEngine:
         self.st.owner[rid] = GPU
         self.waiting.append(rid)
         self.poke()
+
+    def counters(self) -> dict:
+        """The GPU engine's mechanism counts (run.py sums every engine's into stats["counters"])."""
+        c = self.counts
+        return {"num_gpu_rounds": c["rounds"], "num_prefill_to_gpu": c["prefill_to_gpu"],
+                "num_prefill_to_cpu": c["prefill_to_cpu"], "num_swap_out": c["swap_out"],
+                "num_swap_in": c["swap_in"], "num_swap_in_marks": c["marks"],
+                "num_migration_only_rounds": c["migration_only_rounds"],
+                "num_dense_assist_calls": self.worker.num_assists,
+                "num_gpu_blocks": self.pool.num_blocks,
+                "gpu_kv_peak_blocks": self.pool.peak_used}
 
     def poke(self) -> None:
         if self._wake is not None and not self._wake.triggered:
@@ -200,6 +212,14 @@ class GpuEngine:
         self.release(done)
         run.applied.succeed()
         rec = self.ctx.recorder
+        if rec.trace is not None:
+            rec.trace.iteration(
+                f"GPU engine {self.index}", run.start, env.now,
+                "mixed" if prefill and len(dec) else "prefill" if prefill else "decode",
+                prefill_tokens=int(chunks.sum()) if prefill else 0,
+                prefill_chunks=chunks if prefill else [],
+                prefill_to_cpu=len(plan.to_cpu), decodes=len(dec),
+                kv_blocks_used=self.pool.num_used, host_kv_blocks_used=st.host_pool.num_used)
         rec.num_iterations += 1
         rec.num_steps_scheduled += 1
         rec.sample(env.now, self.index, len(self.running), len(self.waiting),

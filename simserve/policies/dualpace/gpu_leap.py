@@ -109,6 +109,11 @@ class Leap:
         eng.release(t.emit(ids, self.end))
         eng.counts["rounds"] += k - 1
         rec = eng.ctx.recorder
+        if rec.trace is not None:
+            rec.trace.iteration(
+                f"GPU engine {eng.index}", self.rounds[0].run.start, self.end, f"decode x{k}",
+                steps=k, prefill_tokens=0, decodes=len(ids), kv_blocks_used=eng.pool.num_used,
+                host_kv_blocks_used=eng.st.host_pool.num_used)
         rec.num_iterations += k
         rec.sample(self.end, eng.index, len(eng.running), len(eng.waiting), eng.pool.num_used,
                    t.num_emitted)

@@ -211,10 +211,10 @@ class GpuWorker:
 
     def count(self, sv, h2d_bytes: float, d2h_bytes: float) -> None:
         _, t0, t, dh, dd = sv
-        if dh is not None:
-            self.h2d.book(h2d_bytes, dh)
+        if dh is not None:   # the H2D part ends before the D2H part (a trace's estimate)
+            self.h2d.book(h2d_bytes, dh, t - (dd or 0.0))
         if dd is not None:
-            self.d2h.book(d2h_bytes, dd)
+            self.d2h.book(d2h_bytes, dd, t)
         self.num_assists += 1
         self.num_closed_form += 1
         self.assist_busy_s += t - t0

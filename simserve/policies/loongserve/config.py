@@ -13,12 +13,19 @@ class LoongServeConfig:
     `scheduler: fcfs` is LoongServe as released (FCFS with head-of-line blocking); `srpt` is
     LoongServe++ (fewest remaining prefill tokens first, ConfluxServe §8.1)."""
 
+    # TP degree of one instance (an SP rank); num_gpus / tp instances (§8.1: 1 for 8B/14B, 2
+    # for 32B)
     tp: int = 1
+    # highest SP degree of a prefill (degrees tried: powers of two up to it and the instance
+    # count; §8.1: SP4)
     max_sp: int = 4
+    # "fcfs": LoongServe as released (head-of-line blocking); "srpt": LoongServe++, fewest
+    # remaining prefill tokens first (ConfluxServe §8.1)
     scheduler: str = "fcfs"
     max_wait_tokens: int = 10           # decode iterations before a prefill is tried again
     max_prefill_time_ms: float = 500.0  # a batch of more than one prompt must finish within this
-    batch_max_tokens: int | None = None  # None: max(1/6 of all KV slots, longest prompt)
+    # most prompt tokens in one prefill batch; None: max(1/6 of all KV slots, longest prompt)
+    batch_max_tokens: int | None = None
     max_new_tokens_reserve: int = 1024   # router_max_new_token_len: output assumed for KV checks
     # Not LoongServe: cap each prefill iteration so that it plus one decode step fits this TBT
     # (prompts are then prefilled in pieces). Used for the TBT-bounded Table 2 setting only.
@@ -26,10 +33,14 @@ class LoongServeConfig:
     # Not LoongServe's elastic rule: run every prefill at this SP degree, lending decode
     # instances as needed (ConfluxServe Fig. 6 / Table 2 run LoongServe's prefill at SP4)
     prefill_sp: int | None = None
-    block_size: int = 16
+    block_size: int = 16                # tokens per KV block
+    # share of HBM for weights, activations and KV: assumed the 0.90 of the other ConfluxServe
+    # baselines (vLLM 0.15.1's default); LoongServe's own memory setting is not modelled
     gpu_memory_utilization: float = 0.90
     num_gpu_blocks_override: int | None = None  # KV blocks per instance
-    cuda_graphs: bool = True                    # piecewise CUDA graphs (ConfluxServe §8.1)
+    # piecewise CUDA graphs (ConfluxServe §8.1): iterations of at most the GPU profile's
+    # `graph_max_tokens` tokens are priced as a graph replay; False: all eager
+    cuda_graphs: bool = True
 
     def validate(self) -> None:
         for name in ("tp", "max_sp", "max_wait_tokens", "max_new_tokens_reserve", "block_size"):

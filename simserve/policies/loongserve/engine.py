@@ -24,12 +24,12 @@ import numpy as np
 from simserve.cost.sp import SpCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
+from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
 from simserve.policies.sp_leap import LEAP_CAP, leap_ranks
-from simserve.policies.sp_ranks import (RankView, SpRanksEngine, blocks_for, check_fits,
+from simserve.policies.sp_ranks import (SpRanksEngine, blocks_for, check_fits,
                                         instance_layout, shard_blocks)
 from simserve.sim.leap import largest_k, steps_before
-from simserve.kv_budget import gpu_kv_budget
 
 # Exact event leaping over decode-only stretches (byte-identical to stepping; tests set it
 # False to step one by one). Not a config field, so that configs and their hashes stay as they
@@ -244,6 +244,8 @@ class LoongEngine(SpRanksEngine):
                 if t.generated[rid] + 1 < t.output[rid]:
                     self._place(rid)
         chunks = [_Done(rid, m) for rid, m in batch]
+        tokens = sum(m for _, m in batch)   # for a trace's per-rank events: the lent ranks'
+        self.last_prefill_per_rank = [tokens // k if r in lent else 0 for r in range(R)]
         ends = steps[0]
         total = max(dt, float(ends[-1]) if len(ends) else 0.0)
         start = self.clock
@@ -347,30 +349,27 @@ class _Shim:
 
 
 @register("loongserve", LoongServeConfig)
-def build(ctx, cfg: LoongServeConfig):
+def build(ctx, cfg: LoongServeConfig) -> Deployment:
     hw, model = ctx.hardware, ctx.model
     N = instance_layout(hw.num_gpus, 1, cfg.tp, "loongserve")
     degrees = [k for k in (1, 2, 4, 8, 16) if k <= min(N, cfg.max_sp)]
-    try:
-        costs = {k: SpCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp, cuda_graphs=cfg.cuda_graphs)
-                 for k in degrees}
-    except ValueError as exc:
-        raise ConfigError(f"policy loongserve: {exc}") from None
+
+    def sp_cost(k: int) -> SpCostModel:
+        return cost_model(ctx, lambda: SpCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp,
+                                                   cuda_graphs=cfg.cuda_graphs),
+                          "policy loongserve")
+    costs = {k: sp_cost(k) for k in degrees}
     if cfg.prefill_sp is not None and cfg.prefill_sp not in costs:
         raise ConfigError(f"policy loongserve: prefill_sp: {cfg.prefill_sp} is not one of the SP "
                           f"degrees available here ({sorted(costs)})")
-    kv = gpu_kv_budget(model, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization,
-                       cfg.block_size, 8192, 1024, cuda_graphs=cfg.cuda_graphs)
-    blocks = cfg.num_gpu_blocks_override or kv.num_blocks
-    if blocks < 1:
-        raise ConfigError(f"policy loongserve: tp: no memory left for KV at TP{cfg.tp}")
-    check_fits(ctx, blocks, cfg.block_size, "loongserve", kv.kv_bytes / 2**30)
-    cost_all = costs.get(N) or SpCostModel(model, hw.gpu, hw.nvlink, N, cfg.tp,
-                                           cuda_graphs=cfg.cuda_graphs)
+    blocks, kv = kv_blocks(ctx, "policy loongserve: tp", cfg.tp, cfg.gpu_memory_utilization,
+                           cfg.block_size, 8192, 1024, cfg.num_gpu_blocks_override,
+                           cuda_graphs=cfg.cuda_graphs)
+    cost_all = costs.get(N) or sp_cost(N)
     eng = LoongEngine(ctx, cfg, list(range(hw.num_gpus)), cost_all, costs, blocks)
-    ctx.env.process(eng.run())
-    ctx.stats["engines"] = [dict(kv.summary(), num_gpu_blocks=blocks, instance=r)
-                            for r in range(N)]
-    ctx.stats["_engines"] = [RankView(p) for p in eng.pools]
-    ctx.stats["loongserve"] = eng.counters
-    return eng.enqueue
+    return deploy(ctx, "loongserve", [eng],
+                  fits=lambda: check_fits(ctx, blocks, cfg.block_size, "loongserve",
+                                          kv.kv_bytes / 2**30),
+                  engine_stats=[dict(kv.summary(), num_gpu_blocks=blocks, instance=r)
+                                for r in range(N)],
+                  stats={"loongserve": eng.counts})

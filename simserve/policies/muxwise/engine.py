@@ -19,35 +19,33 @@ import numpy as np
 from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
-from simserve.policies.replicas import start_replicas
+from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
 from simserve.sim.leap import decode_ends, steps_before
 from simserve.policies.muxwise.config import MuxWiseConfig
 from simserve.cost.smshare import SmShareCost, contention
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
-from simserve.kv_budget import gpu_kv_budget
 
 LEAP_CAP = 8192
 
 
-class MuxWiseEngine:
+class MuxWiseEngine(EngineBase):
     kind = "muxwise"
 
     def __init__(self, ctx, cfg: MuxWiseConfig, index: int, gpus: list[int]):
         self.ctx, self.cfg, self.index, self.gpus = ctx, cfg, index, gpus
         hw, tp = ctx.hardware, len(gpus)
-        kv = gpu_kv_budget(ctx.model, hw.gpu_memory_bytes, tp, cfg.gpu_memory_utilization,
-                           cfg.block_size, cfg.prefill_max_tokens, cfg.max_num_seqs,
-                           cuda_graphs=cfg.cuda_graphs, graphs_counted=False)
-        if kv.num_blocks < 1:
-            raise ConfigError(f"policy muxwise: no memory left for KV at TP{tp} ({kv.summary()})")
-        blocks = cfg.num_gpu_blocks_override or kv.num_blocks
+        blocks, kv = kv_blocks(ctx, "policy muxwise", tp, cfg.gpu_memory_utilization,
+                               cfg.block_size, cfg.prefill_max_tokens, cfg.max_num_seqs,
+                               cfg.num_gpu_blocks_override, cuda_graphs=cfg.cuda_graphs,
+                               graphs_counted=False)
         self.pool = BlockPool(f"engine{index}.gpu_kv", blocks, cfg.block_size)
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks)
+        cost = cost_model(ctx, lambda: GpuCostModel(
+            ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
+            table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs)), "policy muxwise")
         try:
-            cost = GpuCostModel(ctx.model, hw.gpu, tp, hw.nvlink, cfg.cuda_graphs,
-                                table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs))
             self.sms = int(hw.gpu.spec["sms"])
             self.choices = cfg.decode_sm_choices(self.sms)
         except ValueError as exc:
@@ -62,6 +60,7 @@ class MuxWiseEngine:
         self.waiting = make_queue(cfg.scheduler, ctx.table)
         self.running: list[int] = []
         self.batch = None          # prefill batch: request ids
+        self._batch_start = 0.0    # when it started (a trace's prefill event)
         self.left = 0.0            # fraction of its work still to do
         self._tp_cache: dict[float, float] = {}
         self.signal = Signal(ctx.env)
@@ -105,7 +104,9 @@ class MuxWiseEngine:
                 return sms, d
         return self.choices[-1], d
 
-    def _start_batch(self) -> None:
+    def _start_batch(self, at: float | None = None) -> None:
+        """The next prefill batch (FCFS up to the token limit, KV for prompt and output),
+        starting at `at` (default the clock)."""
         t, pool = self.ctx.table, self.pool
         batch, tokens = [], 0
         while self.waiting:
@@ -120,6 +121,7 @@ class MuxWiseEngine:
             tokens += p
         if batch:
             self.batch, self.left, self._tp_cache = np.asarray(batch, dtype=np.int64), 1.0, {}
+            self._batch_start = self.clock if at is None else at
 
     def _prefill_s(self, f: float) -> float:
         """Time of the current prefill batch on share f (with contention when f < 1)."""
@@ -131,6 +133,12 @@ class MuxWiseEngine:
     def _end_prefill(self, at: float, joiners: list[int]) -> None:
         t = self.ctx.table
         ids = self.batch
+        tr = self.ctx.recorder.trace
+        if tr is not None:
+            tr.iteration(f"engine {self.index} prefill stream", self._batch_start, at, "prefill",
+                         prefill_tokens=int(t.prompt[ids].sum()) - int(t.computed[ids].sum()),
+                         prefill_chunks=t.prompt[ids] - t.computed[ids], decodes=0,
+                         kv_blocks_used=self.pool.num_used)
         t.computed[ids] = t.prompt[ids]
         done = t.emit(ids, at)
         self._release(done)
@@ -185,6 +193,12 @@ class MuxWiseEngine:
         t = self.ctx.table
         if kd > 1:
             t.emit_many(ids, ends[:kd - 1])
+        tr = self.ctx.recorder.trace
+        if tr is not None:
+            tr.iteration(f"engine {self.index} decode stream", self.clock, float(ends[kd - 1]),
+                         "decode" if kd == 1 else f"decode x{kd}", steps=kd, prefill_tokens=0,
+                         decodes=len(ids), kv_blocks_used=self.pool.num_used,
+                         prefill_running=self.batch is not None)
         self.clock = float(ends[kd - 1])
         done = t.emit(ids, self.clock)
         t.computed[ids] += kd
@@ -288,7 +302,7 @@ class MuxWiseEngine:
             if t0 + need <= end:
                 t0 += need
                 self._end_prefill(t0, joiners)
-                self._start_batch()     # the next batch starts on the freed prefill stream
+                self._start_batch(t0)   # the next batch starts on the freed prefill stream
             else:
                 self.left -= (end - t0) / tp
                 t0 = end
@@ -305,4 +319,4 @@ def build(ctx, cfg: MuxWiseConfig):
     if G % tp:
         raise ConfigError(f"policy.tp: {tp} does not divide hardware.num_gpus={G}")
     engines = [MuxWiseEngine(ctx, cfg, i, list(range(i * tp, (i + 1) * tp))) for i in range(G // tp)]
-    return start_replicas(ctx, engines, "muxwise")
+    return deploy(ctx, "muxwise", engines)

@@ -10,22 +10,21 @@ from simserve.cost import GpuCostModel
 from simserve.cost.cpu import CpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
+from simserve.policies.base import cost_model, deploy, kv_blocks
 from simserve.policies.neo.config import NeoConfig
 from simserve.policies.neo.engine import NeoEngine
 from simserve.policies.neo.predictor import Predictor
-from simserve.kv_budget import GIB, gpu_kv_budget
+from simserve.kv_budget import GIB
 
 
 def _pools(ctx, cfg: NeoConfig) -> tuple[int, int, dict]:
-    hw, m = ctx.hardware, ctx.model
-    kv = gpu_kv_budget(m, hw.gpu_memory_bytes, cfg.tp, cfg.gpu_memory_utilization, cfg.block_size,
-                       cfg.max_tokens_in_batch, cfg.max_batch_size,
-                       activation_reserve_gib=cfg.activation_reserve_gib,
-                       cuda_graphs=cfg.cuda_graphs, graphs_counted=cfg.cuda_graphs)
-    gpu_blocks = cfg.num_gpu_blocks_override or kv.num_blocks
-    if gpu_blocks < 1:
-        raise ConfigError(f"policy neo: no memory left for KV on {hw.gpu.name} at TP{cfg.tp} "
-                          f"({kv.summary()}); lower max_tokens_in_batch or raise the TP degree")
+    m = ctx.model
+    gpu_blocks, kv = kv_blocks(ctx, "policy neo", cfg.tp, cfg.gpu_memory_utilization,
+                               cfg.block_size, cfg.max_tokens_in_batch, cfg.max_batch_size,
+                               cfg.num_gpu_blocks_override,
+                               "lower max_tokens_in_batch or raise the TP degree",
+                               activation_reserve_gib=cfg.activation_reserve_gib,
+                               cuda_graphs=cfg.cuda_graphs, graphs_counted=cfg.cuda_graphs)
     # host_kv_gib is the host memory for KV across all TP ranks, as DualPace's (one definition
     # for both, issue 13 §3): a block of `block_size` tokens holds every rank's share of them.
     # (Until 2026-12-01 NEO read it per rank: TP t held t times DualPace's tokens.)
@@ -69,19 +68,15 @@ def build(ctx, cfg: NeoConfig):
                           "profile (e.g. cpu: xeon-silver-4510, cpu_cores: 12)")
     cores = hw.cpu_cores or int(hw.cpu.spec.get("cores", 0))
     gpu_blocks, cpu_blocks, summary = _pools(ctx, cfg)
-    _check_workload(ctx, cfg, gpu_blocks, cpu_blocks)
-    try:
-        gpu = GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
-                           table_tokens=cfg.max_tokens_in_batch)
-    except ValueError as exc:
-        raise ConfigError(f"policy neo: {exc}") from None
+    gpu = cost_model(ctx, lambda: GpuCostModel(ctx.model, hw.gpu, cfg.tp, hw.nvlink,
+                                               cfg.cuda_graphs,
+                                               table_tokens=cfg.max_tokens_in_batch),
+                     "policy neo")
     cpu = CpuCostModel(ctx.model, hw.cpu, cores, cpu_tp=1)
     g0 = ctx.cluster.gpus[0]
     pred = Predictor(ctx.model, gpu, cpu, g0.h2d, g0.d2h, cfg.tp, cfg.cpu_launch_ms * 1e3)
     eng = NeoEngine(ctx, cfg, gpu, pred, gpu_blocks, cpu_blocks, list(range(cfg.tp)))
     ctx.table.track_cpu_tokens()
-    ctx.env.process(eng.run())
-    ctx.stats["engines"] = [dict(summary, gpus=eng.gpus)]
-    ctx.stats["_engines"] = [eng]
-    ctx.stats["neo"] = eng.stats
-    return eng.enqueue
+    return deploy(ctx, "neo", [eng],
+                  fits=lambda: _check_workload(ctx, cfg, gpu_blocks, cpu_blocks),
+                  engine_stats=[dict(summary, gpus=eng.gpus)], stats={"neo": eng.stats})

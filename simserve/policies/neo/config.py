@@ -8,30 +8,32 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class NeoConfig:
     # Budget of one iteration: rows (requests) and tokens (a prefill counts its whole prompt,
-    # a decode 1). NEO's evaluation config for the 24 GB A10 (`evaluation/configs/
-    # config-a10-8b.json`, §1.1): max_num_seqs 1024, max_num_batched_tokens 20480.
+    # a decode 1). NEO's evaluation config for the 24 GB A10
+    # (`evaluation/configs/config-a10-8b.json`): max_num_seqs 1024, max_num_batched_tokens 20480.
     # (NEO's CLI defaults are 512 / 3072.) Prompts are never chunked, so every prompt must fit.
     max_batch_size: int = 1024
-    max_tokens_in_batch: int = 20480
+    max_tokens_in_batch: int = 20480   # token budget of an iteration; every prompt must fit it
     # Host KV pool: NEO's `swap_space` (GB of pinned host memory for KV); 120 in the A10 config,
     # and DualPace's main setting (Fig. 11b compares 30 / 60 / 120 / 240 GiB).
     host_kv_gib: float = 120.0
     # GPU KV pool: (HBM × gpu_mem_util − weights − peak of a max-token prefill) / block bytes,
-    # NEO's profiler (`profile_num_blocks`, default util 0.99, §1.1). Overrides for tests/sweeps.
+    # NEO's profiler (`profile_num_blocks`, default util 0.99). Overrides for tests/sweeps.
     gpu_memory_utilization: float = 0.99
-    activation_reserve_gib: float | None = None    # None: estimated from the model's shapes
-    num_gpu_blocks_override: int | None = None
-    num_cpu_blocks_override: int | None = None
+    # GiB held back for a max-token prefill's activations before the GPU KV pool is sized;
+    # None: estimated from the model's shapes
+    activation_reserve_gib: float | None = None
+    num_gpu_blocks_override: int | None = None     # GPU KV blocks, replacing the computed pool
+    num_cpu_blocks_override: int | None = None     # host KV blocks, replacing host_kv_gib's
     block_size: int = 16                            # NEO's block size (A10 config)
     # Swap-in only while the GPU decodes' blocks stay under this share of the GPU pool
-    # (`swap_in_thr = round(0.95·num_gpu_blocks)` in NEO's scheduler, §1.2).
+    # (`swap_in_thr = round(0.95·num_gpu_blocks)` in NEO's scheduler).
     swap_in_ratio: float = 0.95
     # NEO's predictor constants (`perfpredictor.py`): the CPU-side launch time added to every
     # sub-batch that holds CPU decodes (0.8 ms, per layer), and the token width under which no
     # CPU-destined prefill is trimmed from a batch (`linr_S_threshold` = 128). They steer
     # decisions only; simulated time comes from the cost models.
     cpu_launch_ms: float = 0.8
-    linr_s_threshold: int = 128
+    linr_s_threshold: int = 128  # tokens; below it no CPU-destined prefill is trimmed (above)
     tp: int = 1                 # GPU tensor parallelism (one NEO engine spans the TP group)
     use_cpu: bool = True        # False: NEO's `always_use_gpu` baseline (no CPU attention, no
                                 # Prefill-to-CPU; swapped-out requests wait to be swapped in)

@@ -17,6 +17,7 @@ from collections import deque
 import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
+from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
 from simserve.sim.leap import decode_ends, largest_k, steps_before
@@ -26,7 +27,7 @@ from simserve.policies.neo.scheduler import next_round
 LEAP_CAP = 8192
 
 
-class NeoEngine:
+class NeoEngine(EngineBase):
     kind = "neo"
 
     def __init__(self, ctx: SimContext, cfg, gpu_cost: GpuCostModel, pred: Predictor,
@@ -50,6 +51,7 @@ class NeoEngine:
         self.num_swap_out = self.num_swap_in = self.num_recompute = 0
         self.num_pipe = self.num_gpu_only = self.num_idle = 0
         self.cpu_tokens = 0
+        self.num_p2g = self.num_p2c = self.num_cpu_batches = 0
         self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
 
     def enqueue(self, rid: int) -> None:
@@ -145,6 +147,14 @@ class NeoEngine:
             if end > env.now:
                 yield env.timeout(end - env.now)
             self.clock = end
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    "engine 0", start, end, d.mode, prefill_tokens=int(t.num_tokens[pref].sum()),
+                    prefill_chunks=t.num_tokens[pref], prefill_to_cpu=len(r.pref_cpu),
+                    decodes=len(r.gdec) + len(r.cdec), gpu_decodes=len(r.gdec),
+                    cpu_decodes=len(r.cdec), swap_out_tokens=r.swap_out_tokens,
+                    swap_in_tokens=r.swap_in_tokens, kv_blocks_used=self.gpu_pool.num_used,
+                    host_kv_blocks_used=self.host_pool.num_used)
             self._apply(r, pref)
 
     def _idle(self):
@@ -160,7 +170,10 @@ class NeoEngine:
         t.computed[pref] = t.num_tokens[pref]
         t.computed[r.gdec] += 1
         done = t.emit(np.concatenate((pref, r.gdec)), self.clock)
+        self.num_p2g += len(r.pref_gpu)
+        self.num_p2c += len(r.pref_cpu)
         if len(r.cdec):
+            self.num_cpu_batches += 1           # an iteration with CPU attention in it
             t.computed[r.cdec] += 1
             done = np.concatenate((done, t.emit(r.cdec, self.clock, on_cpu=True)))
             self.cpu_tokens += len(r.cdec)
@@ -238,6 +251,12 @@ class NeoEngine:
         t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
         t.computed[ids] += k
         t.emit_many(ids, ends[:k - 1])
+        tr = self.ctx.recorder.trace
+        if tr is not None:
+            tr.iteration("engine 0", self.clock, float(ends[k - 1]), f"decode x{k}", steps=k,
+                         prefill_tokens=0, decodes=len(ids), gpu_decodes=len(ids),
+                         cpu_decodes=0, kv_blocks_used=self.gpu_pool.num_used,
+                         host_kv_blocks_used=self.host_pool.num_used)
         self.clock = float(ends[k - 1])
         self.ctx.recorder.num_iterations += k
         self.num_gpu_only += k
@@ -250,6 +269,7 @@ class NeoEngine:
     def counters(self) -> dict:
         return {"num_gpu_blocks": self.gpu_pool.num_blocks,
                 "num_cpu_blocks": self.host_pool.num_blocks,
+                "gpu_kv_peak_blocks": self.gpu_pool.peak_used,
                 "host_kv_peak_blocks": self.host_pool.peak_used,
                 "host_kv_blocks_in_use_at_end": self.host_pool.num_used,
                 "itm_blocks_in_use_at_end": self.itm_pool.num_used,
@@ -257,4 +277,5 @@ class NeoEngine:
                 "num_gpu_only_iterations": self.num_gpu_only,
                 "num_idle_rounds": self.num_idle, "num_swap_out": self.num_swap_out,
                 "num_swap_in": self.num_swap_in, "num_recompute_victims": self.num_recompute,
-                "num_cpu_tokens": self.cpu_tokens}
+                "num_cpu_tokens": self.cpu_tokens, "num_cpu_batches": self.num_cpu_batches,
+                "num_prefill_to_gpu": self.num_p2g, "num_prefill_to_cpu": self.num_p2c}

@@ -10,7 +10,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 PIP=${PIP:-python3 -m pip}
-PART_BYTES=${PART_BYTES:-40000000}
+PART_BYTES=${PART_BYTES:-34000000}
 XZ_LEVEL=${XZ_LEVEL:--9e}
 W=.vllm/build
 PLAT="--only-binary=:all: --python-version 3.12 --implementation cp \
