@@ -19,10 +19,20 @@ _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
 
 class XpInstance(SpRanksEngine):
     margin = 0.0  # dispatch headroom (ConfluxConfig.tbt_margin, resolved by the policy)
+    tracker = None  # tracking.EstimatorTracker: estimate vs actual of prefill iterations
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._hints: dict = {}    # the last water levels found (searches start there)
+
+    def counters(self) -> dict:
+        """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
+        α, β and dispatch margin. The instances share one tracker; the runner sums engines'
+        counters per key, so only instance 0 reports it."""
+        if self.tracker is None or self.index != 0:
+            return {}
+        return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
+                    conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
 
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
@@ -63,6 +73,9 @@ class XpInstance(SpRanksEngine):
             n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
             np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
             self._rank_max())
+        if chunks and self.tracker is not None:  # the estimate this dispatch planned against
+            self.tracker.add(dt, self.est.iteration_time(
+                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], self._rank_max()))
         dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)

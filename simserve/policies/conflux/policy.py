@@ -14,6 +14,7 @@ from simserve.policies.base import Deployment, deploy, executed, fitted_model, k
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
 from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost, fit_paper
+from simserve.policies.conflux.tracking import EstimatorTracker
 from simserve.policies.sp_ranks import check_fits, instance_layout
 from simserve.sim.context import SimContext
 
@@ -59,9 +60,11 @@ def build(ctx: SimContext, cfg: ConfluxConfig) -> Deployment:
           for i in range(cfg.instances)]
     counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
                 "ranks_per_instance": R, "tbt_margin": margin}
+    tracker = EstimatorTracker(cfg.tbt_ms * 1e-3)  # shared: instance 0 reports it
     for x in xs:
         x.margin = margin
         x.counts = counters
+        x.tracker = tracker
     estimator = {k: getattr(est, k) for k in
                  ("gamma", "gamma0", "a_d", "a_d0", "a_comm", "a_comm0", "a_p", "a_p0",
                   "alpha", "beta", "literal")}
