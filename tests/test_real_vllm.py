@@ -126,3 +126,32 @@ def test_runs_load_with_their_plans():
     run = load_run(d, os.path.join(ROOT, "plans"))
     assert len(run.send) == len(run.plan["requests"])
     assert all(len(c) == o for c, o in zip(run.chunks, run.output))
+
+
+def test_shipped_accuracy_matches_the_committed_runs(scored):
+    """The figures `simserve run` prints beside its tables (simserve/data/accuracy) are the
+    scores of the committed runs: re-fitting the model without `python -m
+    simserve.realcheck.accuracy --write` fails here."""
+    from simserve.realcheck.accuracy import SHORT, load
+    acc = load()
+    rows, _ = scored
+    default = [r for r in rows if r["server"] in DEFAULT]
+    assert acc["runs"] == len(default)
+    for k, _ in SHORT:
+        assert acc["engines"]["vllm"]["mean_abs_err_pct"][k] == pytest.approx(
+            float(np.mean([abs(r[f"err_{k}"]) for r in default])), abs=0.051)
+
+
+def test_accuracy_lines_say_which_host_path_a_figure_used():
+    from simserve.realcheck.accuracy import accuracy_lines
+    recs = [{"policy": "vllm", "policy_name": "vllm", "gpu": "h200-sxm", "policy_options": {}},
+            {"policy": "vllm", "policy_name": "vllm", "gpu": "h100-sxm", "policy_options": {}},
+            {"policy": "vllm", "policy_name": "vllm", "gpu": "h100-sxm",
+             "policy_options": {"engine": "vllm"}},
+            {"policy": "neo", "policy_name": "neo", "gpu": "rtx4090", "policy_options": {}}]
+    lines = accuracy_lines(recs + recs[:1])        # one line per distinct setting
+    assert len(lines) == 4
+    assert "against real vLLM 0.22.1 on this GPU" in lines[0] and "validate serve" in lines[0]
+    assert "generic host overheads" in lines[1]
+    assert "carried over from h200-sxm" in lines[2] and "not validated on h100-sxm" in lines[2]
+    assert "never run here" in lines[3]
