@@ -131,8 +131,8 @@ def test_runs_load_with_their_plans():
 def test_shipped_accuracy_matches_the_committed_runs(scored):
     """The figures `simserve run` prints beside its tables (simserve/data/accuracy) are the
     scores of the committed runs: re-fitting the model without `python -m
-    simserve.realcheck.accuracy --write` fails here."""
-    from simserve.realcheck.accuracy import SHORT, load
+    simserve.realcheck.accuracy_fit --write` fails here."""
+    from simserve.accuracy import SHORT, load
     acc = load()
     rows, _ = scored
     default = [r for r in rows if r["server"] in DEFAULT]
@@ -143,7 +143,7 @@ def test_shipped_accuracy_matches_the_committed_runs(scored):
 
 
 def test_accuracy_lines_say_which_host_path_a_figure_used():
-    from simserve.realcheck.accuracy import accuracy_lines
+    from simserve.accuracy import accuracy_lines
     recs = [{"policy": "vllm", "policy_name": "vllm", "gpu": "h200-sxm", "policy_options": {}},
             {"policy": "vllm", "policy_name": "vllm", "gpu": "h100-sxm", "policy_options": {}},
             {"policy": "vllm", "policy_name": "vllm", "gpu": "h100-sxm",

@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
           + (f", at most {cfg.workload.max_concurrency} in flight"
              if cfg.workload.max_concurrency else "") + "); times in seconds")
     print(format_table(recs, cfg.slo))
-    from simserve.realcheck.accuracy import accuracy_lines   # how far from the real engine
+    from simserve.accuracy import accuracy_lines   # how far from the real engine
     for line in accuracy_lines(recs):
         print(line)
     capped = max(r["num_capped"] for r in recs)

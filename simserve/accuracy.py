@@ -2,15 +2,15 @@
 
 `simserve/data/accuracy/vllm-h200.yaml` holds the mean |error| of simserve's `vllm` engine
 against real vLLM 0.22.1 on the H200 (`validation/vllm-h200`), per host path, as
-`serve_score` computes it (`python -m simserve.realcheck.accuracy --write` regenerates the
-file; `tests/test_real_vllm.py` fails when it no longer matches the committed runs).
+`simserve.realcheck.serve_score` computes it (`python -m simserve.realcheck.accuracy_fit
+--write` regenerates the file; `tests/test_real_vllm.py` fails when it no longer matches the
+committed runs). This module sits below the runner and `realcheck` (it reads the file only).
 `accuracy_lines(records)` turns a run table's records into one line per (policy, GPU, host
 path): measured against real vLLM on this GPU, carried over from the GPU it was measured on,
 or never measured (generic overheads; designs whose engines nobody here ran).
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 VLLM_LOOP = ("vllm", "sarathi", "chunked")   # the policies that run vLLM's engine loop
@@ -70,40 +70,3 @@ def accuracy_lines(records: list[dict]) -> list[str]:
                        f"{acc['profile']} (not validated on {gpu}; there: "
                        f"{_errs(ref['vllm'])}); {acc['published']}; {CHECK}")
     return out
-
-
-def summarize(root: str | None = None) -> dict:
-    """The file's content from the committed runs (vLLM's defaults, Mooncake r4 left out)."""
-    import numpy as np
-
-    from simserve.realcheck.serve_score import ROOT, score
-    root = root or ROOT
-    out = {}
-    for engine in ("vllm", "generic", "ideal"):
-        rows = [r for r in score(root, engine) if r["server"].endswith("-default")
-                and "mooncake-r4" not in r["plan"]]
-        out[engine] = {"mean_abs_err_pct": {
-            k: round(float(np.mean([abs(r[f"err_{k}"]) for r in rows])), 1) for k, _ in SHORT}}
-        runs = len(rows)
-    return {"runs": runs, "engines": out}
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="rewrite the shipped file")
-    a = ap.parse_args(argv)
-    import yaml
-
-    from simserve.paths import data_dir
-    cur = load()
-    cur.update(summarize())
-    text = yaml.safe_dump(cur, sort_keys=False, width=100)
-    if a.write:
-        with open(os.path.join(data_dir(FILE[0]), FILE[1]), "w") as f:
-            f.write(text)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
