@@ -26,6 +26,7 @@ from simserve.cost.smshare import SmShareCost, contention
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
+from simserve.sim.clock import at
 
 LEAP_CAP = 8192
 
@@ -166,7 +167,7 @@ class MuxWiseEngine(EngineBase):
             joiners: list[int] = []
             if not self.running:                      # prefill alone, every SM
                 end = self.clock + self.left * self._prefill_s(1.0)
-                yield env.timeout(max(0.0, end - env.now))
+                yield at(env, max(end, env.now))
                 self.clock = end
                 self._end_prefill(end, joiners)
             elif self.batch is None:                  # decode alone: leap
@@ -215,7 +216,7 @@ class MuxWiseEngine(EngineBase):
         ends = decode_ends(self.cost.cost, self.clock, t.computed[ids], k)
         # steps after the first must start before the next arrival (which starts a prefill)
         k = steps_before(ends, k, self.ctx.source.next_arrival_s)
-        yield env.timeout(max(0.0, ends[k - 1] - env.now))
+        yield at(env, max(ends[k - 1], env.now))
         self._finish_decode(ids, k, ends)
         self.ctx.recorder.num_steps_scheduled += 1
         self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
@@ -281,7 +282,7 @@ class MuxWiseEngine(EngineBase):
         self.left = left
         self.num_split_steps += k
         self.decode_sms_sum += sum(chosen)
-        yield env.timeout(max(0.0, ends[-1] - env.now))
+        yield at(env, max(ends[-1], env.now))
         self._finish_decode(ids, k, np.asarray(ends))
         self.ctx.recorder.num_steps_scheduled += 1
         self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
@@ -308,7 +309,7 @@ class MuxWiseEngine(EngineBase):
                 t0 = end
         self.num_split_steps += 1
         self.decode_sms_sum += sms
-        yield env.timeout(max(0.0, end - env.now))
+        yield at(env, max(end, env.now))
         self._finish_decode(ids, 1, np.asarray([end]))
 
 
