@@ -50,9 +50,6 @@ class EngineHost:
     def ideal(self) -> bool:
         return self.name == "ideal"
 
-    def host_us(self, num_seqs, num_tokens=0):
-        return self.step_us + self.step_per_seq_us * num_seqs + self.step_per_token_us * num_tokens
-
     def gpu_factor_at(self, tokens: np.ndarray) -> np.ndarray:
         """The engine's measured forward time over simserve's kernel prediction, by tokens."""
         if not self.gpu_tokens:

@@ -218,7 +218,7 @@ class ChunkedEngine(EngineBase):
             if self.cfg.leap:
                 k = self._leap()
                 if k:
-                    yield env.timeout(max(0.0, self.clock - env.now))
+                    yield at(env, max(self.clock, env.now))
                     continue
             if self._async:  # back to back: this step was scheduled when the last began
                 self._cutoff = self._prev_start if self._prev_end == self.clock else self.clock
@@ -245,7 +245,7 @@ class ChunkedEngine(EngineBase):
                     prefill_tokens=shape.num_tokens - shape.num_decodes,
                     prefill_chunks=shape.prefill_chunks, decodes=shape.num_decodes,
                     kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
-            yield env.timeout(max(0.0, self.clock - env.now))
+            yield at(env, max(self.clock, env.now))
             self._apply(ids, n, sample)
 
     def _schedule(self) -> tuple[np.ndarray, np.ndarray]:
@@ -393,20 +393,28 @@ class ChunkedEngine(EngineBase):
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
-            if self._async and self._reached.get(r, -1.0) > self._cutoff:
-                break  # reached the engine after this step was scheduled
+            if self._unseen(r):
+                break
             k = min(int(t.num_tokens[r] - t.computed[r]), left)
             nb = self._admission_blocks(r, k)
             if not self.pool.can_allocate(nb):
                 break
             self._grow(r, nb)
-            self.waiting.popleft()
-            self._reached.pop(r, None)
-            self.running.append(r)
+            self._take(r)
             new_ids.append(r)
             new_n.append(k)
             left -= k
         return _appended(ids, n, new_ids, new_n)
+
+    def _unseen(self, r: int) -> bool:
+        """Did `r` reach the engine after this step was scheduled (async scheduling)?"""
+        return self._async and self._reached.get(r, -1.0) > self._cutoff
+
+    def _take(self, r: int) -> None:
+        """The head of the queue joins the running batch."""
+        self.waiting.popleft()
+        self._reached.pop(r, None)
+        self.running.append(r)
 
     def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
         """Would `_admit` take the head of the queue with this many running and free blocks?
@@ -510,8 +518,8 @@ class ChunkedEngine(EngineBase):
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
-            if self._async and self._reached.get(r, -1.0) > self._cutoff:
-                break  # reached the engine after this step was scheduled
+            if self._unseen(r):
+                break
             hashes, h, p, e = self._lookup(r)
             hit = (h + p) * bs
             k = min(int(t.num_tokens[r]) - hit, left)
@@ -523,9 +531,7 @@ class ChunkedEngine(EngineBase):
             self._claim_prefix(r, hashes, h, p)
             self._grow(r, nb)
             self._cache_upto(r, hit + k)
-            self.waiting.popleft()
-            self._reached.pop(r, None)
-            self.running.append(r)
+            self._take(r)
             new_ids.append(r)
             new_n.append(k)
             left -= k

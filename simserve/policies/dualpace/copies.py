@@ -165,7 +165,7 @@ class CopyStream:
                 te = run.layer_end(j, env.now)
                 if te <= env.now:
                     break
-                yield env.timeout(te - env.now)
+                yield at(env, te)
             yield from self.d2h.transfer(self.nbytes)
             self.eng.p2c_copy_bytes += int(self.nbytes)
         yield from self._finish()

@@ -274,7 +274,7 @@ class GpuWorker:
             if run.on_start is not None:
                 run.on_start()
             if not self.staged:
-                yield env.timeout(run.end - env.now)
+                yield at(env, max(run.end, env.now))
             else:
                 self.run = run
                 while True:
@@ -291,11 +291,11 @@ class GpuWorker:
                             break
                     k = run.next_boundary(env.now)
                     if k is None:        # in the post-layer: served after the batch
-                        yield env.timeout(max(0.0, run.end - env.now))
+                        yield at(env, max(run.end, env.now))
                         break
                     b = run.start + run.offset(k) + run.shift
                     if b > env.now:
-                        yield env.timeout(b - env.now)
+                        yield at(env, b)
                     t0 = env.now
                     run.pending = (k, t0)
                     yield from self._serve_queue()

@@ -23,6 +23,7 @@ from simserve.sim.kv import BlockPool
 from simserve.sim.leap import decode_ends, largest_k, steps_before
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
+from simserve.sim.clock import at
 
 LEAP_CAP = 8192
 
@@ -83,7 +84,7 @@ class NeoEngine(EngineBase):
         for layer in range(self.pred.L):
             due = first_s + (layer + 1) * layer_s
             if due > env.now:
-                yield env.timeout(due - env.now)
+                yield at(env, due)
             yield env.all_of([ch.start(nbytes) for ch in chans])
 
     # -- the engine process ---------------------------------------------------------------
@@ -95,7 +96,7 @@ class NeoEngine(EngineBase):
                 continue
             if self.cfg.leap and self._leap_ok():
                 if self._leap():
-                    yield env.timeout(max(0.0, self.clock - env.now))
+                    yield at(env, max(self.clock, env.now))
                     continue
             r = next_round(self)
             d = r.decision
@@ -137,7 +138,7 @@ class NeoEngine(EngineBase):
             copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
                 if cp_tokens else None
             end = start + dur
-            yield env.timeout(max(0.0, end - env.now))
+            yield at(env, max(end, env.now))
             if swaps is not None:
                 done = yield swaps
                 end = max(end, done + dur - head)   # the first attention waited for the swap
@@ -145,7 +146,7 @@ class NeoEngine(EngineBase):
                 yield copies
                 end = max(end, env.now)
             if end > env.now:
-                yield env.timeout(end - env.now)
+                yield at(env, end)
             self.clock = end
             if rec.trace is not None:
                 rec.trace.iteration(
