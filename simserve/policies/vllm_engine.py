@@ -33,6 +33,7 @@ import dataclasses
 from collections import deque
 
 import numpy as np
+import simpy
 
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.cost.host import engine_host
@@ -47,6 +48,7 @@ from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
 SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plain ints
+INF = float("inf")
 
 
 def _new_blocks(room: list[int], k: int, bs: int) -> int:
@@ -63,6 +65,28 @@ def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
         return ids, n
     return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+
+
+@dataclasses.dataclass(eq=False)
+class _Leap:
+    """A decode-only batch's next steps, priced and not yet applied: `ends` of the steps
+    priced so far, from `clock`; at most `kmax`; `own`: the next time one of the engine's own
+    requests can reach its queue (a step ending at or after it is the last); `cut`: steps must
+    end before it (the front end's admission in service); `open`: priced only up to an arrival
+    that may go to another engine."""
+    ids: np.ndarray
+    c: list
+    g: list
+    room: list
+    clock: float
+    B: int
+    ctx_sum0: int
+    ctx_max0: int
+    kmax: int
+    own: float
+    cut: float
+    ends: list = dataclasses.field(default_factory=list)
+    open: bool = False
 
 
 class ChunkedEngine(EngineBase):
@@ -128,12 +152,16 @@ class ChunkedEngine(EngineBase):
         self._wake = None
         self.num_preemptions = 0
         self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
+        self._pending: _Leap | None = None  # a leap priced but not yet committed
+        self._proc = None  # this engine's SimPy process (a cut leap interrupts its wait)
 
     # -- queue interface used by the router ---------------------------------------------
     def load(self) -> int:
         return len(self.running) + len(self.waiting)
 
     def enqueue(self, rid: int) -> None:
+        if self._pending is not None:  # a request reaches this engine mid-leap
+            self._cut_leap(self.ctx.env.now)
         fe = self.frontend
         if fe is None:
             self._arrive(rid)
@@ -171,11 +199,9 @@ class ChunkedEngine(EngineBase):
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
-    def _next_arrival_s(self) -> float:
-        """The next time a request can reach this engine (bounds event leaps)."""
-        nxt = self.ctx.source.next_arrival_s
-        if self._admitting:
-            nxt = min(nxt, self._admitting[0])
+    def _own_next_s(self) -> float:
+        """The next time a request this engine already took can reach its waiting queue."""
+        nxt = self._admitting[0] if self._admitting else INF
         if self._in_frontend:
             nxt = min(nxt, self.frontend.head_done + self.frontend.in_delay_s)
         return nxt
@@ -208,6 +234,7 @@ class ChunkedEngine(EngineBase):
     # -- the engine process ---------------------------------------------------------------
     def run(self):
         env, rec = self.ctx.env, self.ctx.recorder
+        self._proc = env.active_process
         while True:
             if not self.running and not self.waiting:
                 self._wake = env.event()
@@ -215,11 +242,9 @@ class ChunkedEngine(EngineBase):
                 self._wake = None
                 self.clock = max(self.clock, env.now)
                 continue
-            if self.cfg.leap:
-                k = self._leap()
-                if k:
-                    yield at(env, max(self.clock, env.now))
-                    continue
+            if self.cfg.leap and self._leap():
+                yield from self._await_leap()
+                continue
             if self._async:  # back to back: this step was scheduled when the last began
                 self._cutoff = self._prev_start if self._prev_end == self.clock else self.clock
             ids, n = self._schedule()
@@ -336,8 +361,15 @@ class ChunkedEngine(EngineBase):
         return ids, c, g, room
 
     def _leap(self) -> int:
-        """Advance the decode-only batch k >= 2 steps at once (0: it cannot leap); the same
-        state, token times and samples as k single steps."""
+        """Price the decode-only batch's next k >= 2 steps at once (0: it cannot leap) and
+        keep them pending (`_Leap`); they are committed when the engine wakes at their end
+        (`_await_leap`), or cut short when a request reaches this engine first
+        (`_cut_leap`). The same state, token times and samples as k single steps.
+
+        A leap stops at the first step ending at or after the next time one of this
+        engine's own requests reaches its queue, at the first finish and where KV runs out;
+        it is priced up to the next arrival anywhere and extended past it when the router
+        sends that arrival elsewhere, so replicas do not stop for each other's arrivals."""
         st = self._leap_state()
         if st is None:
             return 0
@@ -349,40 +381,104 @@ class ChunkedEngine(EngineBase):
         if kmax < 2:
             return 0
         B = len(c)
-        clock = self.clock
-        ends = leap_ends(self.cost, clock, B, sum(c) + B, max(c) + 1, kmax,
-                         self._next_arrival_s(), self._step_hint)
-        self._step_hint = (ends[-1] - clock) / len(ends)
-        if self.frontend is not None:
-            # the front end serves work in time order: a leap may only submit the output work
-            # of steps that end before the next arrival submits its admission work and before
-            # the admission in service completes (its successor starts then)
-            cut = self.ctx.source.next_arrival_s
-            if self._in_frontend:
-                cut = min(cut, self.frontend.head_done)
-            ends = ends[:bisect.bisect_left(ends, cut)]
-        k = len(ends)
-        if k < 2:
+        p = _Leap(ids, c, g, room, self.clock, B, sum(c) + B, max(c) + 1, kmax,
+                  self._own_next_s(),
+                  # the front end serves work in time order: a leap may only submit the
+                  # output work of steps that end before the admission in service completes
+                  # (its successor starts then)
+                  self.frontend.head_done if self._in_frontend else INF)
+        self._price(p)
+        if len(p.ends) < 2 and not p.open:
             return 0
-        self._prev_start, self._prev_end = ends[k - 2], ends[k - 1]
-        nb = _new_blocks(room, k, bs)
+        self._pending = p
+        return 1
+
+    def _price(self, p: _Leap) -> None:
+        """Price the pending leap up to its own bounds. A new leap is priced only up to the
+        first step ending at or after the next arrival anywhere (then `open`), which is where
+        a single engine's leap ends; once that arrival went elsewhere, the rest is priced in
+        one go (other engines take arrivals: pricing many steps in one call costs less than
+        waking at every arrival, and a cut drops the steps it makes unneeded)."""
+        k = len(p.ends)
+        clock = p.ends[-1] if k else p.clock
+        glob = self.ctx.source.next_arrival_s if not k else INF
+        stop = min(p.own, glob)
+        ends = leap_ends(self.cost, clock, p.B, p.ctx_sum0 + p.B * k, p.ctx_max0 + k,
+                         p.kmax - k, stop, self._step_hint)
+        self._step_hint = (ends[-1] - clock) / len(ends)
+        if ends[-1] >= p.cut:  # a front-end bound: only the steps ending before it
+            ends = ends[:bisect.bisect_left(ends, p.cut)]
+            p.open = False
+        else:
+            p.open = k + len(ends) < p.kmax and glob < p.own
+        p.ends += ends
+
+    def _await_leap(self):
+        """Wait for the pending leap's end, extending it while the arrivals it stopped for
+        went to other engines, then commit it. A request reaching this engine meanwhile
+        cuts it short (`_cut_leap`, which interrupts this wait)."""
+        env = self.ctx.env
+        while True:
+            p = self._pending
+            if p is None:  # cut, its steps committed: the engine goes on from its clock
+                yield at(env, max(self.clock, env.now))
+                return
+            try:
+                yield at(env, max(p.ends[-1], env.now))
+            except simpy.Interrupt:
+                continue
+            if p.open:
+                self._price(p)
+                if p.ends[-1] > env.now:
+                    continue
+            self._pending = None
+            if p.ends:
+                self._commit_leap(p, len(p.ends))
+            return
+
+    def _cut_leap(self, now: float) -> None:
+        """A request reaches this engine at `now`, during the pending leap: keep only the
+        steps it cannot change. Without a front end those that started before it (the engine
+        sees it only at a step's end); they stay pending, so that the router sees their
+        finishes no earlier than stepping would. With one, those that ended before it: their
+        output work precedes its admission work on the front end's CPU, so they are
+        committed now, before it is submitted."""
+        p = self._pending
+        k = bisect.bisect_left(p.ends, now)
+        if self.frontend is None:
+            k = min(k + 1, len(p.ends))
+            if k == len(p.ends) and not p.open:
+                return  # it arrived during the leap's last step: nothing changes
+            del p.ends[k:]
+            p.open = False
+        else:
+            self._pending = None
+            if k:
+                self._commit_leap(p, k)
+        self._proc.interrupt()
+
+    def _commit_leap(self, p: _Leap, k: int) -> None:
+        """Apply the leap's first k steps."""
+        ends, ids, c, B = p.ends[:k], p.ids, p.c, p.B
+        t, bs = self.ctx.table, self.pool.block_size
+        self._prev_start, self._prev_end = (ends[k - 2] if k > 1 else p.clock), ends[k - 1]
+        nb = _new_blocks(p.room, k, bs)
         if nb:
             self.pool.allocate(nb)
             t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
         t.computed[ids] = [x + k for x in c]
         if self.ctx.recorder.trace is not None:
             self.ctx.recorder.trace.iteration(
-                f"engine {self.index}", clock, ends[-1], f"decode x{k}", steps=k,
+                f"engine {self.index}", p.clock, ends[-1], f"decode x{k}", steps=k,
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
         times = ends if self.frontend is None else self.frontend.deliver_many(np.array(ends), B)
-        done = t.emit_steps(ids, times, g)
+        done = t.emit_steps(ids, times, p.g)
         if len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
         self._sample()
-        return k
 
     # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
     def _admit(self, ids, n):
