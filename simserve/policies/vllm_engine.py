@@ -70,10 +70,10 @@ def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
 @dataclasses.dataclass(eq=False)
 class _Leap:
     """A decode-only batch's next steps, priced and not yet applied: `ends` of the steps
-    priced so far, from `clock`; at most `kmax`; `own`: the next time one of the engine's own
-    requests can reach its queue (a step ending at or after it is the last); `cut`: steps must
-    end before it (the front end's admission in service); `open`: priced only up to an arrival
-    that may go to another engine."""
+    priced so far, from `clock` (with contexts `c`, outputs `g`, KV `room`, Σ context
+    `ctx_sum0` and longest `ctx_max0` at the first of them); at most `kmax`; `own`: the next
+    time one of the engine's own requests can reach its queue (a step ending at or after it is
+    the last); `open`: priced only up to an arrival that may go to another engine."""
     ids: np.ndarray
     c: list
     g: list
@@ -84,7 +84,6 @@ class _Leap:
     ctx_max0: int
     kmax: int
     own: float
-    cut: float
     ends: list = dataclasses.field(default_factory=list)
     open: bool = False
 
@@ -160,14 +159,18 @@ class ChunkedEngine(EngineBase):
         return len(self.running) + len(self.waiting)
 
     def enqueue(self, rid: int) -> None:
-        if self._pending is not None:  # a request reaches this engine mid-leap
-            self._cut_leap(self.ctx.env.now)
-        fe = self.frontend
+        now, fe = self.ctx.env.now, self.frontend
         if fe is None:
+            if self._pending is not None:  # the engine sees it at the end of the step in flight
+                self._bound_leap(now)
             self._arrive(rid)
             return
-        fe.admit(self.ctx.env.now, int(self.ctx.table.prompt[rid]))
+        if self._pending is not None:  # output work ending before it precedes its admission
+            self._commit_before(now)
+        fe.admit(now, int(self.ctx.table.prompt[rid]))
         self._in_frontend.append(rid)
+        if self._pending is not None:
+            self._bound_leap(self._own_next_s())
         if len(self._in_frontend) == 1:
             self.ctx.env.process(self._front_end())
 
@@ -178,6 +181,8 @@ class ChunkedEngine(EngineBase):
             if fe.head_done > env.now:
                 yield at(env, fe.head_done)
                 continue
+            if self._pending is not None:  # output work ending before the pop precedes it
+                self._commit_before(env.now)
             fe.pop(env.now)
             rid = q.popleft()
             t = env.now + fe.in_delay_s
@@ -340,10 +345,11 @@ class ChunkedEngine(EngineBase):
 
     # -- event leaping --------------------------------------------------------------------
     def _leap_state(self):
-        """(ids, computed, generated, room) of a running batch that may leap (all decoding,
-        and with requests waiting the head of the queue blocked for the whole leap: free
-        blocks only shrink while decoding), else None; room = tokens each request's held KV
-        blocks still fit."""
+        """(ids, computed, generated, room, most steps) of a running batch that may leap (all
+        decoding, and with requests waiting the head of the queue blocked for the whole leap:
+        free blocks only shrink while decoding; or, under async scheduling, for one step: it
+        reached the engine after the next step was scheduled), else None; room = tokens each
+        request's held KV blocks still fit."""
         running = self.running
         if not running or len(running) > self.budget:
             return None
@@ -357,38 +363,44 @@ class ChunkedEngine(EngineBase):
         room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
         if self.waiting and self._head_admissible(
                 len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
-            return None
-        return ids, c, g, room
+            if not self._async:
+                return None
+            # the next step's cutoff, as `run` sets it: it admits the head only if the head
+            # reached the engine by then; if not, that step decodes only
+            cutoff = self._prev_start if self._prev_end == self.clock else self.clock
+            if self._reached.get(self.waiting[0], -1.0) <= cutoff:
+                return None
+            return ids, c, g, room, 1
+        return ids, c, g, room, LEAP_CAP
 
     def _leap(self) -> int:
-        """Price the decode-only batch's next k >= 2 steps at once (0: it cannot leap) and
+        """Price the decode-only batch's next k >= 1 steps at once (0: it cannot leap) and
         keep them pending (`_Leap`); they are committed when the engine wakes at their end
-        (`_await_leap`), or cut short when a request reaches this engine first
-        (`_cut_leap`). The same state, token times and samples as k single steps.
+        (`_await_leap`). The same state and token times as k single steps.
 
         A leap stops at the first step ending at or after the next time one of this
-        engine's own requests reaches its queue, at the first finish and where KV runs out;
-        it is priced up to the next arrival anywhere and extended past it when the router
-        sends that arrival elsewhere, so replicas do not stop for each other's arrivals."""
+        engine's own requests reaches its queue (`_bound_leap` moves that earlier when a new
+        one arrives), at the first finish and where KV runs out. It is priced up to the next
+        arrival anywhere and extended past it when the router sends that arrival elsewhere,
+        so replicas do not stop for each other's arrivals. With vLLM's front end, the steps
+        that ended before a front-end event (an admission submitted or completed) are
+        committed just before it (`_commit_before`): the front end serves work in time order,
+        and stepping would have submitted their output work by then."""
         st = self._leap_state()
         if st is None:
             return 0
-        ids, c, g, room = st
+        ids, c, g, room, most = st
         t, bs = self.ctx.table, self.pool.block_size
-        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
+        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), most)
         free = self.pool.num_free
         kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= free)
-        if kmax < 2:
+        if kmax < 1:
             return 0
         B = len(c)
         p = _Leap(ids, c, g, room, self.clock, B, sum(c) + B, max(c) + 1, kmax,
-                  self._own_next_s(),
-                  # the front end serves work in time order: a leap may only submit the
-                  # output work of steps that end before the admission in service completes
-                  # (its successor starts then)
-                  self.frontend.head_done if self._in_frontend else INF)
+                  self._own_next_s())
         self._price(p)
-        if len(p.ends) < 2 and not p.open:
+        if not p.ends:
             return 0
         self._pending = p
         return 1
@@ -406,56 +418,68 @@ class ChunkedEngine(EngineBase):
         ends = leap_ends(self.cost, clock, p.B, p.ctx_sum0 + p.B * k, p.ctx_max0 + k,
                          p.kmax - k, stop, self._step_hint)
         self._step_hint = (ends[-1] - clock) / len(ends)
-        if ends[-1] >= p.cut:  # a front-end bound: only the steps ending before it
-            ends = ends[:bisect.bisect_left(ends, p.cut)]
-            p.open = False
-        else:
-            p.open = k + len(ends) < p.kmax and glob < p.own
+        p.open = k + len(ends) < p.kmax and glob < p.own
         p.ends += ends
 
     def _await_leap(self):
         """Wait for the pending leap's end, extending it while the arrivals it stopped for
-        went to other engines, then commit it. A request reaching this engine meanwhile
-        cuts it short (`_cut_leap`, which interrupts this wait)."""
+        went to other engines, then commit it. A request reaching this engine meanwhile may
+        shorten it (`_bound_leap`, which interrupts this wait); front-end events commit the
+        steps that ended before them (`_commit_before`)."""
         env = self.ctx.env
         while True:
             p = self._pending
-            if p is None:  # cut, its steps committed: the engine goes on from its clock
+            if p is None:  # committed meanwhile: the engine goes on from its clock
                 yield at(env, max(self.clock, env.now))
                 return
             try:
                 yield at(env, max(p.ends[-1], env.now))
             except simpy.Interrupt:
                 continue
+            if self._pending is not p:
+                continue
             if p.open:
                 self._price(p)
                 if p.ends[-1] > env.now:
                     continue
             self._pending = None
-            if p.ends:
-                self._commit_leap(p, len(p.ends))
+            self._commit_leap(p, len(p.ends))
             return
 
-    def _cut_leap(self, now: float) -> None:
-        """A request reaches this engine at `now`, during the pending leap: keep only the
-        steps it cannot change. Without a front end those that started before it (the engine
-        sees it only at a step's end); they stay pending, so that the router sees their
-        finishes no earlier than stepping would. With one, those that ended before it: their
-        output work precedes its admission work on the front end's CPU, so they are
-        committed now, before it is submitted."""
+    def _bound_leap(self, own: float) -> None:
+        """One of this engine's requests can reach its queue at `own`: the pending leap's
+        last step is the first ending at or after it (stepping would see it then)."""
+        p = self._pending
+        if own >= p.own:
+            return
+        p.own = own
+        k = bisect.bisect_left(p.ends, own) + 1
+        if k <= len(p.ends):  # priced past it already
+            p.open = False
+            if k < len(p.ends):
+                del p.ends[k:]
+                self._proc.interrupt()  # wake at the new last step
+
+    def _commit_before(self, now: float) -> None:
+        """Commit the pending steps that ended before `now` (their output work reaches the
+        front end before the event at `now` changes it); the rest stay pending."""
         p = self._pending
         k = bisect.bisect_left(p.ends, now)
-        if self.frontend is None:
-            k = min(k + 1, len(p.ends))
-            if k == len(p.ends) and not p.open:
-                return  # it arrived during the leap's last step: nothing changes
-            del p.ends[k:]
-            p.open = False
-        else:
+        if not k:
+            return
+        if k == len(p.ends):
             self._pending = None
-            if k:
-                self._commit_leap(p, k)
-        self._proc.interrupt()
+            self._commit_leap(p, k)
+            return
+        self._commit_leap(p, k)
+        t, bs, B = self.ctx.table, self.pool.block_size, p.B
+        p.clock, p.kmax = p.ends[k - 1], p.kmax - k
+        del p.ends[:k]
+        p.c = [x + k for x in p.c]
+        p.g = [x + k for x in p.g]
+        p.room = [h * bs - x for h, x in zip(t.blocks[p.ids].tolist(), p.c)]
+        p.ctx_sum0 += B * k
+        p.ctx_max0 += k
 
     def _commit_leap(self, p: _Leap, k: int) -> None:
         """Apply the leap's first k steps."""
