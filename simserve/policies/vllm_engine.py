@@ -73,7 +73,9 @@ class _Leap:
     priced so far, from `clock` (with contexts `c`, outputs `g`, KV `room`, Σ context
     `ctx_sum0` and longest `ctx_max0` at the first of them); at most `kmax`; `own`: the next
     time one of the engine's own requests can reach its queue (a step ending at or after it is
-    the last); `open`: priced only up to an arrival that may go to another engine."""
+    the last); `open`: priced only up to an arrival that may go to another engine;
+    `delivered`: when clients receive the first steps' tokens (their output work was
+    submitted to the front end ahead of a front-end event)."""
     ids: np.ndarray
     c: list
     g: list
@@ -86,6 +88,7 @@ class _Leap:
     own: float
     ends: list = dataclasses.field(default_factory=list)
     open: bool = False
+    delivered: list = dataclasses.field(default_factory=list)  # clients' times, first steps
 
 
 class ChunkedEngine(EngineBase):
@@ -166,7 +169,7 @@ class ChunkedEngine(EngineBase):
             self._arrive(rid)
             return
         if self._pending is not None:  # output work ending before it precedes its admission
-            self._commit_before(now)
+            self._deliver_before(now)
         fe.admit(now, int(self.ctx.table.prompt[rid]))
         self._in_frontend.append(rid)
         if self._pending is not None:
@@ -182,7 +185,7 @@ class ChunkedEngine(EngineBase):
                 yield at(env, fe.head_done)
                 continue
             if self._pending is not None:  # output work ending before the pop precedes it
-                self._commit_before(env.now)
+                self._deliver_before(env.now)
             fe.pop(env.now)
             rid = q.popleft()
             t = env.now + fe.in_delay_s
@@ -382,10 +385,10 @@ class ChunkedEngine(EngineBase):
         engine's own requests reaches its queue (`_bound_leap` moves that earlier when a new
         one arrives), at the first finish and where KV runs out. It is priced up to the next
         arrival anywhere and extended past it when the router sends that arrival elsewhere,
-        so replicas do not stop for each other's arrivals. With vLLM's front end, the steps
-        that ended before a front-end event (an admission submitted or completed) are
-        committed just before it (`_commit_before`): the front end serves work in time order,
-        and stepping would have submitted their output work by then."""
+        so replicas do not stop for each other's arrivals. With vLLM's front end, the output
+        work of the steps that ended before a front-end event (an admission submitted or
+        completed) is submitted just before it (`_deliver_before`): the front end serves work
+        in time order, and stepping would have submitted it by then."""
         st = self._leap_state()
         if st is None:
             return 0
@@ -424,8 +427,8 @@ class ChunkedEngine(EngineBase):
     def _await_leap(self):
         """Wait for the pending leap's end, extending it while the arrivals it stopped for
         went to other engines, then commit it. A request reaching this engine meanwhile may
-        shorten it (`_bound_leap`, which interrupts this wait); front-end events commit the
-        steps that ended before them (`_commit_before`)."""
+        shorten it (`_bound_leap`, which interrupts this wait); front-end events submit the
+        output work of the steps that ended before them (`_deliver_before`)."""
         env = self.ctx.env
         while True:
             p = self._pending
@@ -460,26 +463,14 @@ class ChunkedEngine(EngineBase):
                 del p.ends[k:]
                 self._proc.interrupt()  # wake at the new last step
 
-    def _commit_before(self, now: float) -> None:
-        """Commit the pending steps that ended before `now` (their output work reaches the
-        front end before the event at `now` changes it); the rest stay pending."""
+    def _deliver_before(self, now: float) -> None:
+        """Submit to the front end the output work of the pending steps that ended before
+        `now`, ahead of the front-end event at `now` (stepping would have submitted it by
+        then); the steps themselves are applied when the leap is committed."""
         p = self._pending
-        k = bisect.bisect_left(p.ends, now)
-        if not k:
-            return
-        if k == len(p.ends):
-            self._pending = None
-            self._commit_leap(p, k)
-            return
-        self._commit_leap(p, k)
-        t, bs, B = self.ctx.table, self.pool.block_size, p.B
-        p.clock, p.kmax = p.ends[k - 1], p.kmax - k
-        del p.ends[:k]
-        p.c = [x + k for x in p.c]
-        p.g = [x + k for x in p.g]
-        p.room = [h * bs - x for h, x in zip(t.blocks[p.ids].tolist(), p.c)]
-        p.ctx_sum0 += B * k
-        p.ctx_max0 += k
+        k, j = bisect.bisect_left(p.ends, now), len(p.delivered)
+        if k > j:
+            p.delivered += self.frontend.deliver_many(np.array(p.ends[j:k]), p.B).tolist()
 
     def _commit_leap(self, p: _Leap, k: int) -> None:
         """Apply the leap's first k steps."""
@@ -497,7 +488,11 @@ class ChunkedEngine(EngineBase):
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
-        times = ends if self.frontend is None else self.frontend.deliver_many(np.array(ends), B)
+        times = ends
+        if self.frontend is not None:
+            j = len(p.delivered)
+            times = p.delivered[:k] if j >= k else \
+                p.delivered + self.frontend.deliver_many(np.array(ends[j:]), B).tolist()
         done = t.emit_steps(ids, times, p.g)
         if len(done):
             self._finish(done)

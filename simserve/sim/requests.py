@@ -84,7 +84,11 @@ class RequestTable:
     def _room(self, ids: np.ndarray, k: int = 1) -> None:
         """Grow the ring until it holds every token from the oldest unretired request to the
         last of ids' next k tokens."""
-        top = int((self.offsets[ids] + self.generated[ids]).max()) + k
+        self._room_upto(int((self.offsets[ids] + self.generated[ids]).max()) + k)
+
+    def _room_upto(self, top: int) -> None:
+        """Grow the ring until it holds every token from the oldest unretired request to
+        token offset `top` (exclusive)."""
         if top > self._top:
             self._top = top
         base = int(self.offsets[self.num_retired])
@@ -207,7 +211,8 @@ class RequestTable:
         """len(times) consecutive tokens for each id (a leap of k decode steps: `emit_many` of
         the first k - 1, then `emit` of the last); `generated`: the ids' counts before, when
         the caller has them (none may be 0: no first tokens). Returns the ids that finished."""
-        if self._mask is not None:  # a streaming table: the ring-aware general path
+        if self._mask is not None and (generated is None or len(ids) > SMALL):
+            # a streaming table: the ring-aware general path
             times = np.asarray(times, dtype=np.float64)
             if len(times) > 1:
                 self.emit_many(ids, times[:-1])
@@ -222,7 +227,19 @@ class RequestTable:
         else:
             g = generated
         tt = self.token_times
-        if len(ids) <= SMALL:  # each request's tokens are one contiguous slice
+        if self._mask is not None:  # a few requests on the ring: slices, split where it wraps
+            starts = [o + x for o, x in zip(self.offsets[ids].tolist(), g)]
+            self._room_upto(max(starts) + k)
+            tt, mask = self.token_times, self._mask
+            cap = mask + 1
+            for o in starts:
+                a = o & mask
+                if a + k <= cap:
+                    tt[a:a + k] = times
+                else:
+                    tt[a:] = times[:cap - a]
+                    tt[:a + k - cap] = times[cap - a:]
+        elif len(ids) <= SMALL:  # each request's tokens are one contiguous slice
             for o, x in zip(self.offsets[ids].tolist(), list(g)):
                 tt[o + x:o + x + k] = times
         else:
@@ -242,6 +259,8 @@ class RequestTable:
             self.num_finished += len(done)
             if self.on_finish is not None:
                 self.on_finish(len(done), float(times[-1]))
+            if self._mask is not None:
+                self._finished_upto()
         return done
 
     def records(self) -> RequestRecords:
