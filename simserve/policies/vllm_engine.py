@@ -156,6 +156,9 @@ class ChunkedEngine(EngineBase):
         self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
         self._pending: _Leap | None = None  # a leap priced but not yet committed
         self._proc = None  # this engine's SimPy process (a cut leap interrupts its wait)
+        # arrivals that came to this engine / went elsewhere while a leap waited for them:
+        # once most go elsewhere, leaps are priced to their own bounds at once (`_price`)
+        self._arrivals_here = self._arrivals_elsewhere = 0
 
     # -- queue interface used by the router ---------------------------------------------
     def load(self) -> int:
@@ -163,6 +166,8 @@ class ChunkedEngine(EngineBase):
 
     def enqueue(self, rid: int) -> None:
         now, fe = self.ctx.env.now, self.frontend
+        if self._pending is not None and self._pending.open:
+            self._arrivals_here += 1
         if fe is None:
             if self._pending is not None:  # the engine sees it at the end of the step in flight
                 self._bound_leap(now)
@@ -191,12 +196,12 @@ class ChunkedEngine(EngineBase):
             t = env.now + fe.in_delay_s
             if t > env.now:
                 self._admitting.append(t)
-                env.process(self._admit_at(rid, t))
+                at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
             else:
                 self._arrive(rid)
 
-    def _admit_at(self, rid: int, t: float):
-        yield at(self.ctx.env, t)
+    def _admitted(self, rid: int) -> None:
+        """`rid` reaches the engine core, `in_delay_s` after its admission work ended."""
         self._admitting.popleft()  # a constant delay keeps completions in order
         self._arrive(rid)
 
@@ -413,10 +418,13 @@ class ChunkedEngine(EngineBase):
         first step ending at or after the next arrival anywhere (then `open`), which is where
         a single engine's leap ends; once that arrival went elsewhere, the rest is priced in
         one go (other engines take arrivals: pricing many steps in one call costs less than
-        waking at every arrival, and a cut drops the steps it makes unneeded)."""
+        waking at every arrival, and a cut drops the steps it makes unneeded). Once most
+        arrivals went elsewhere, new leaps are priced whole. The floats are the same however
+        a leap is priced (`leap_ends`)."""
         k = len(p.ends)
         clock = p.ends[-1] if k else p.clock
-        glob = self.ctx.source.next_arrival_s if not k else INF
+        glob = self.ctx.source.next_arrival_s if not k and \
+            self._arrivals_elsewhere <= self._arrivals_here else INF
         stop = min(p.own, glob)
         ends = leap_ends(self.cost, clock, p.B, p.ctx_sum0 + p.B * k, p.ctx_max0 + k,
                          p.kmax - k, stop, self._step_hint)
@@ -442,6 +450,7 @@ class ChunkedEngine(EngineBase):
             if self._pending is not p:
                 continue
             if p.open:
+                self._arrivals_elsewhere += 1
                 self._price(p)
                 if p.ends[-1] > env.now:
                     continue
