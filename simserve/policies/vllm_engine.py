@@ -479,7 +479,7 @@ class ChunkedEngine(EngineBase):
         p = self._pending
         k, j = bisect.bisect_left(p.ends, now), len(p.delivered)
         if k > j:
-            p.delivered += self.frontend.deliver_many(np.array(p.ends[j:k]), p.B).tolist()
+            p.delivered += self.frontend.deliver_list(p.ends[j:k], p.B)
 
     def _commit_leap(self, p: _Leap, k: int) -> None:
         """Apply the leap's first k steps."""
@@ -489,7 +489,8 @@ class ChunkedEngine(EngineBase):
         nb = _new_blocks(p.room, k, bs)
         if nb:
             self.pool.allocate(nb)
-            t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
+            # held blocks (room + x) / bs, or those the k more tokens need
+            t.blocks[ids] = [max((r + x) // bs, -(-(x + k) // bs)) for r, x in zip(p.room, c)]
         t.computed[ids] = [x + k for x in c]
         if self.ctx.recorder.trace is not None:
             self.ctx.recorder.trace.iteration(
@@ -501,7 +502,7 @@ class ChunkedEngine(EngineBase):
         if self.frontend is not None:
             j = len(p.delivered)
             times = p.delivered[:k] if j >= k else \
-                p.delivered + self.frontend.deliver_many(np.array(ends[j:]), B).tolist()
+                p.delivered + self.frontend.deliver_list(ends[j:], B)
         done = t.emit_steps(ids, times, p.g)
         if len(done):
             self._finish(done)
