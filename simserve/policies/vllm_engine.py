@@ -361,6 +361,9 @@ class ChunkedEngine(EngineBase):
         running = self.running
         if not running or len(running) > self.budget:
             return None
+        if self.waiting and not self._async and self._head_admissible(
+                len(running), self.pool.num_free - len(running)):
+            return None  # admissible even if every decode takes a new block: no leap
         t = self.ctx.table
         ids = np.array(running, dtype=np.int64)
         c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
