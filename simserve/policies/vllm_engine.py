@@ -20,9 +20,11 @@ chunk that fills them is scheduled (`cache_blocks`); blocks filled by decodes ar
 the request frees them (only the request itself can ever hit those, and only after that).
 Freed blocks keep their hashes until LRU eviction reuses them.
 
-Between interesting events (an arrival, a request finishing, a KV shortfall) a decode-only
-engine repeats one step with contexts one longer; `_leap` advances k such steps at once with
-results identical to stepping (tests check this), which is where the speed comes from. A batch
+Between interesting events (a request reaching this engine, a request finishing, a KV
+shortfall) a decode-only engine repeats one step with contexts one longer; `_leap` advances k
+such steps at once with results identical to stepping (tests check this), which is where the
+speed comes from. Arrivals routed to other replicas do not stop a leap: it stays pending until
+its end and is cut only by this engine's own arrivals (docs/architecture.md, Event leaping). A batch
 is small (about ten requests at moderate load), so the leap and, up to 48 requests, the
 schedule work on plain ints: numpy's per-call cost exceeds the arithmetic there.
 """
@@ -67,7 +69,7 @@ def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class _Leap:
     """A decode-only batch's next steps, priced and not yet applied: `ends` of the steps
     priced so far, from `clock` (with contexts `c`, outputs `g`, KV `room`, Σ context
