@@ -363,8 +363,8 @@ class ChunkedEngine(EngineBase):
         running = self.running
         if not running or len(running) > self.budget:
             return None
-        if self.waiting and not self._async and self._head_admissible(
-                len(running), self.pool.num_free - len(running)):
+        if self.waiting and self._head_admissible(
+                len(running), self.pool.num_free - len(running)) and self._head_seen():
             return None  # admissible even if every decode takes a new block: no leap
         t = self.ctx.table
         ids = np.array(running, dtype=np.int64)
@@ -376,15 +376,18 @@ class ChunkedEngine(EngineBase):
         room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
         if self.waiting and self._head_admissible(
                 len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
-            if not self._async:
+            if self._head_seen():
                 return None
-            # the next step's cutoff, as `run` sets it: it admits the head only if the head
-            # reached the engine by then; if not, that step decodes only
-            cutoff = self._prev_start if self._prev_end == self.clock else self.clock
-            if self._reached.get(self.waiting[0], -1.0) <= cutoff:
-                return None
-            return ids, c, g, room, 1
+            return ids, c, g, room, 1  # the next step decodes only
         return ids, c, g, room, LEAP_CAP
+
+    def _head_seen(self) -> bool:
+        """Will the next step see the head of the queue? Under async scheduling only if it
+        reached the engine by the step's cutoff (as `run` sets it)."""
+        if not self._async:
+            return True
+        cutoff = self._prev_start if self._prev_end == self.clock else self.clock
+        return self._reached.get(self.waiting[0], -1.0) <= cutoff
 
     def _leap(self) -> int:
         """Price the decode-only batch's next k >= 1 steps at once (0: it cannot leap) and
