@@ -215,3 +215,40 @@ def test_engine_frees_tail_first_so_an_eviction_keeps_the_shared_head():
                          num_gpu_blocks_override=9)
     pc = res.stats["prefix_cache"][0]
     assert pc["hits"] == 48 and pc["evictions"] >= 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["shared", "private", "anon"]), st.integers(1, 4)),
+                min_size=1, max_size=12), st.data())
+def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entries, data):
+    # A leap of a vLLM engine may allocate free_ahead(...) blocks while the waiting head's
+    # cached hits survive (vllm_engine._leap_state): allocating that many must evict none of
+    # them, and one more block must evict one (when any is in the free queue).
+    import copy
+    p = PrefixCachingBlockPool("t", 64)
+    p.allocate(64)
+    hashes, rids, nxt = [], [], 100
+    for i, (kind, n) in enumerate(entries):
+        if kind == "anon":
+            p.free(n)
+        elif kind == "shared":
+            for _ in range(n):
+                nxt += 1
+                p.register(nxt)
+                p.release([nxt])
+                hashes.append(nxt)
+        else:
+            p.release_private(i, 0, n)
+            rids.append(i)
+    keys = data.draw(st.lists(st.sampled_from(hashes), unique=True) if hashes else st.just([]))
+    rid = data.draw(st.sampled_from(rids)) if rids else -1
+    n = p.free_ahead(keys, rid)
+
+    def hits_intact(q):
+        return all(k in q.ref for k in keys) and q.private_cached(rid) == p.private_cached(rid)
+    q = copy.deepcopy(p)
+    q.allocate(n)
+    assert hits_intact(q)
+    if n < p.num_free:
+        q.allocate(1)
+        assert not hits_intact(q)

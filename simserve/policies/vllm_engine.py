@@ -355,16 +355,19 @@ class ChunkedEngine(EngineBase):
 
     # -- event leaping --------------------------------------------------------------------
     def _leap_state(self):
-        """(ids, computed, generated, room, most steps) of a running batch that may leap (all
-        decoding, and with requests waiting the head of the queue blocked for the whole leap:
-        free blocks only shrink while decoding; or, under async scheduling, for one step: it
-        reached the engine after the next step was scheduled), else None; room = tokens each
-        request's held KV blocks still fit."""
+        """(ids, computed, generated, room, most steps, most new blocks) of a running batch
+        that may leap, else None; room = tokens each request's held KV blocks still fit.
+        The batch must be all decoding, and a waiting head must stay blocked for the whole
+        leap: free blocks only shrink while decoding, and with prefix caching the leap stops
+        before an allocation could evict one of the head's cached hits (the only way its
+        admission could get cheaper). Under async scheduling a head the next step will not
+        see (it reached the engine after the step was scheduled) allows one step."""
         running = self.running
         if not running or len(running) > self.budget:
             return None
-        if self.waiting and self._head_admissible(
-                len(running), self.pool.num_free - len(running)) and self._head_seen():
+        waiting = self.waiting
+        if waiting and self._head_seen() and self._head_admits(
+                len(running), self.pool.num_free - len(running)):
             return None  # admissible even if every decode takes a new block: no leap
         t = self.ctx.table
         ids = np.array(running, dtype=np.int64)
@@ -374,12 +377,16 @@ class ChunkedEngine(EngineBase):
             return None  # a prefill (or recompute) is in flight
         bs = self.pool.block_size
         room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
-        if self.waiting and self._head_admissible(
-                len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
-            if self._head_seen():
-                return None
-            return ids, c, g, room, 1  # the next step decodes only
-        return ids, c, g, room, LEAP_CAP
+        most, cap = LEAP_CAP, self.pool.num_free
+        if waiting:
+            if self._head_admits(len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
+                if self._head_seen():
+                    return None
+                most = 1  # the next step decodes only
+            elif self.pc is not None:
+                hashes, h, _, _ = self._lookup(waiting[0])
+                cap = self.pool.free_ahead(hashes[:h], waiting[0])
+        return ids, c, g, room, most, cap
 
     def _head_seen(self) -> bool:
         """Will the next step see the head of the queue? Under async scheduling only if it
@@ -405,11 +412,10 @@ class ChunkedEngine(EngineBase):
         st = self._leap_state()
         if st is None:
             return 0
-        ids, c, g, room, most = st
+        ids, c, g, room, most, cap = st
         t, bs = self.ctx.table, self.pool.block_size
         kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), most)
-        free = self.pool.num_free
-        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= free)
+        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= cap)
         if kmax < 1:
             return 0
         B = len(c)
@@ -549,17 +555,21 @@ class ChunkedEngine(EngineBase):
         self._reached.pop(r, None)
         self.running.append(r)
 
-    def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
-        """Would `_admit` take the head of the queue with this many running and free blocks?
-        With prefix caching: could it, now or after evictions shorten its cached prefix?
-        (`_leap_ok` leaps only while the head stays blocked.)"""
+    def _head_admits(self, num_running: int, free_blocks: int) -> bool:
+        """Would `_admit` take the head of the queue with this many running and free blocks
+        (with prefix caching: its new blocks plus its cached hits now in the free queue)?"""
         left = self.budget - num_running
         if left <= 0 or num_running >= self.max_seqs:
             return False
         t = self.ctx.table
         r = self.waiting[0]
         if self.pc is not None:
-            return self._head_admissible_cached(r, left, free_blocks)
+            _, h, p, e = self._lookup(r)
+            k = min(int(t.num_tokens[r]) - (h + p) * self.pool.block_size, left)
+            t.computed[r], t.blocks[r] = (h + p) * self.pool.block_size, h + p
+            nb = self._admission_blocks(r, k)
+            t.computed[r] = t.blocks[r] = 0
+            return nb + e <= free_blocks
         return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left)) \
             <= free_blocks
 
@@ -669,19 +679,6 @@ class ChunkedEngine(EngineBase):
             new_n.append(k)
             left -= k
         return _appended(ids, n, new_ids, new_n)
-
-    def _head_admissible_cached(self, r: int, left: int, free_blocks: int) -> bool:
-        # Blocks to admit r = new blocks for its first chunk + cached hits now in the free
-        # queue. While decodes run, evictions can only shorten the hit prefix: the new blocks
-        # never shrink (vllm, sarathi) but the evictable hits can, so r counts as admissible
-        # if the new blocks alone fit (a leap then stops; stepping is exact).
-        t, bs = self.ctx.table, self.pool.block_size
-        _, h, p, _ = self._lookup(r)
-        k = min(int(t.num_tokens[r]) - (h + p) * bs, left)
-        t.computed[r], t.blocks[r] = (h + p) * bs, h + p
-        nb = self._admission_blocks(r, k)
-        t.computed[r] = t.blocks[r] = 0
-        return nb <= free_blocks
 
     def prefix_cache_stats(self) -> dict | None:
         if self.pc is None:
