@@ -300,7 +300,8 @@ class ChunkedEngine(EngineBase):
         t = self.ctx.table
         if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here
             pre_n, pre_c, dctx, sample = [], [], [], []
-            for x, k, tok, g in zip(t.computed[ids].tolist(), n.tolist(),
+            nl = n.tolist()
+            for x, k, tok, g in zip(t.computed[ids].tolist(), nl,
                                     t.num_tokens[ids].tolist(), t.generated[ids].tolist()):
                 if k == 1 and x == tok - 1 and g > 0:
                     dctx.append(x + 1)
@@ -310,7 +311,7 @@ class ChunkedEngine(EngineBase):
                 sample.append(x + k == tok)
             dc = np.array(dctx, dtype=np.int64)
             shape = BatchShape(
-                num_tokens=int(n.sum()), prefill_chunks=np.array(pre_n, dtype=np.int64),
+                num_tokens=sum(nl), prefill_chunks=np.array(pre_n, dtype=np.int64),
                 prefill_ctx=np.array(pre_c, dtype=np.int64), num_decodes=len(dctx),
                 decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample), decode_ctx=dc)
             self.prefill_tokens += shape.num_tokens - shape.num_decodes
@@ -500,11 +501,10 @@ class ChunkedEngine(EngineBase):
         ends, ids, c, B = p.ends[:k], p.ids, p.c, p.B
         t, bs = self.ctx.table, self.pool.block_size
         self._prev_start, self._prev_end = (ends[k - 2] if k > 1 else p.clock), ends[k - 1]
-        nb = _new_blocks(p.room, k, bs)
-        if nb:
-            self.pool.allocate(nb)
-            # held blocks (room + x) / bs, or those the k more tokens need
-            t.blocks[ids] = [max((r + x) // bs, -(-(x + k) // bs)) for r, x in zip(p.room, c)]
+        grow = [i for i, r in enumerate(p.room) if r < k]  # those needing new blocks
+        if grow:
+            self.pool.allocate(_new_blocks(p.room, k, bs))
+            t.blocks[ids[grow]] = [-(-(c[i] + k) // bs) for i in grow]
         t.computed[ids] = [x + k for x in c]
         if self.ctx.recorder.trace is not None:
             self.ctx.recorder.trace.iteration(
