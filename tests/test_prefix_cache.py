@@ -252,3 +252,20 @@ def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entri
     if n < p.num_free:
         q.allocate(1)
         assert not hits_intact(q)
+
+
+def test_kv_bound_waiting_head_leaps_exactly_on_a_tight_pool():
+    # DualPace Fig. 9a's vLLM baseline (RTX 4090: 24 GB, preemptions): the waiting head is
+    # blocked by its new blocks plus its cached (preempted, private) hits in the free queue,
+    # while decodes evict those hits; the engine leaps through it (vllm_engine._leap_state)
+    # and must equal stepping.
+    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    from simserve.workload.build import build_workload
+    hw = resolve_hardware(HardwareConfig(gpu="rtx4090", num_gpus=1))
+    w = build_workload("azure-conv", num_requests=400, arrival="poisson", rate=5.0, seed=0)
+    leapt = simulate_point(w, "llama-3.1-8b", hw, "vllm")
+    stepped = simulate_point(w, "llama-3.1-8b", hw, "vllm", leap=False)
+    assert leapt.records.num_preemptions.sum() > 0  # preempted requests re-find their blocks
+    assert leapt.stats["prefix_cache_summary"]["prefix_cache_saved_tokens"] > 0
+    assert np.array_equal(leapt.records.token_times_s, stepped.records.token_times_s)
+    assert leapt.stats["num_iterations_stepped"] < stepped.stats["num_iterations"] / 4

@@ -378,15 +378,24 @@ class ChunkedEngine(EngineBase):
             return None  # a prefill (or recompute) is in flight
         bs = self.pool.block_size
         room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
-        most, cap = LEAP_CAP, self.pool.num_free
+        free = self.pool.num_free
+        most, cap = LEAP_CAP, free
         if waiting:
-            if self._head_admits(len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
+            need = self._head_blocks(len(running))
+            if need is not None and need <= free - _new_blocks(room, 1, bs):
                 if self._head_seen():
                     return None
                 most = 1  # the next step decodes only
-            elif self.pc is not None:
-                hashes, h, _, _ = self._lookup(waiting[0])
-                cap = self.pool.free_ahead(hashes[:h], waiting[0])
+            elif self.pc is not None and need is not None:
+                # Allocations evict from the free queue's head. Evicting a shared hit can
+                # break the head's hit prefix and leave cached blocks behind it unused,
+                # making admission cheaper: stop before that. Evicting a block of its private
+                # run loses one hit, which costs a new block or frees a cached one, never
+                # more than the block the allocation took: harmless while the head is blocked
+                # even with no allocation (need > free), as free blocks only shrink.
+                r = waiting[0]
+                hashes, h, _, _ = self._lookup(r)
+                cap = self.pool.free_ahead(hashes[:h], r if need <= free else None)
         return ids, c, g, room, most, cap
 
     def _head_seen(self) -> bool:
@@ -556,11 +565,17 @@ class ChunkedEngine(EngineBase):
         self.running.append(r)
 
     def _head_admits(self, num_running: int, free_blocks: int) -> bool:
-        """Would `_admit` take the head of the queue with this many running and free blocks
-        (with prefix caching: its new blocks plus its cached hits now in the free queue)?"""
+        """Would `_admit` take the head of the queue with this many running and free blocks?"""
+        need = self._head_blocks(num_running)
+        return need is not None and need <= free_blocks
+
+    def _head_blocks(self, num_running: int) -> int | None:
+        """Free blocks `_admit` needs to take the head of the queue with this many running
+        (with prefix caching: its new blocks plus its cached hits now in the free queue), or
+        None if the token budget or `max_num_seqs` stops it."""
         left = self.budget - num_running
         if left <= 0 or num_running >= self.max_seqs:
-            return False
+            return None
         t = self.ctx.table
         r = self.waiting[0]
         if self.pc is not None:
@@ -569,9 +584,8 @@ class ChunkedEngine(EngineBase):
             t.computed[r], t.blocks[r] = (h + p) * self.pool.block_size, h + p
             nb = self._admission_blocks(r, k)
             t.computed[r] = t.blocks[r] = 0
-            return nb + e <= free_blocks
-        return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left)) \
-            <= free_blocks
+            return nb + e
+        return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left))
 
     # -- policy-specific parts ------------------------------------------------------------
     def _admission_blocks(self, rid: int, chunk: int) -> int:
