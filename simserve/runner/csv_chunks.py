@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # the frames come from the caller: this module needs no pandas import
+    import pandas as pd
 
 FLOAT_FORMAT = "%.9g"
 
 
-def _column(s: pd.Series) -> list | None:
+def _column(s: "pd.Series") -> list | None:
     kind = s.dtype.kind
     if kind == "f":
         f = FLOAT_FORMAT
@@ -31,7 +33,7 @@ def _column(s: pd.Series) -> list | None:
     return None
 
 
-def csv_text(frame: pd.DataFrame, header: bool = True) -> str:
+def csv_text(frame: "pd.DataFrame", header: bool = True) -> str:
     """`frame.to_csv(index=False, header=header, float_format=FLOAT_FORMAT)`."""
     cols = [_column(frame[c]) for c in frame.columns]
     if any(c is None for c in cols) or frame.columns.duplicated().any():
