@@ -12,6 +12,7 @@ import numpy as np
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
 from simserve.policies.conflux.plan import plan_prefills
+from simserve.policies.sp_leap import flat_decodes, per_rank
 from simserve.policies.sp_ranks import SpRanksEngine
 
 _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
@@ -34,28 +35,44 @@ class XpInstance(SpRanksEngine):
         return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
                     conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
 
+    def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
+        """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
+        (tokens in KV plus the new one; 0 without decodes): `_rank_states()` and `_rank_max()`
+        from one gather of the decodes' contexts (growing leaves the contexts as they were)."""
+        t, bs, decodes = self.ctx.table, self.cfg.block_size, self.decodes
+        flat, starts, nd = flat_decodes(decodes)
+        if not len(flat):
+            return nd, [0] * self.R, [0] * self.R
+        c = t.computed[flat]
+        nb = np.maximum(0, -(-(c + 1) // bs) - t.blocks[flat])
+        need = per_rank(np.add, nb, starts, decodes)
+        if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
+            for x, p in zip(need, self.pools):
+                p.allocate(x)
+            t.blocks[flat] += nb
+        else:  # some rank preempts: the general path, then the survivors' contexts
+            self._grow_decodes()
+            flat, starts, nd = flat_decodes(decodes)
+            if not len(flat):
+                return nd, [0] * self.R, [0] * self.R
+            c = t.computed[flat]
+        dctx = per_rank(np.add, c + 1, starts, decodes)
+        rmax = [m + 1 if n else 0 for m, n in zip(per_rank(np.maximum, c, starts, decodes), nd)]
+        return nd, dctx, rmax
+
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
-        self._grow_decodes()
-        nd, dctx = self._rank_states()
-        states = [RankState(n, c, p.num_used, p.num_blocks, m)
-                  for n, c, p, m in zip(nd, dctx, self.pools, self._rank_max())]
-        pend = np.asarray(self.pending, dtype=np.int64)
-        chunks = []
-        if len(pend):
-            rem = t.num_tokens[pend] - t.computed[pend]
-            ttft = cfg.ttft_ms * 1e-3
-            specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + ttft,
-                                    int(m), int(c))
-                     for i, m, c in zip(pend.tolist(), rem.tolist(), t.computed[pend].tolist())]
-            needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
-            _, chunks = plan_prefills(
-                specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
-                self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
-                quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
-                max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
-        if not chunks and not any(nd):
-            return None
+        nd, dctx, rmax = self._decode_state()
+        chunks = self._plan(nd, dctx, rmax) if self.pending else []
+        if not chunks:
+            if not any(nd):
+                return None
+            # decode-only: `decode_steps_s` at step 0 gives `iteration_s`'s floats (its
+            # decode-only branch, `decode_only_s`) from the ranks' cached decode lines
+            dt = float(self.cost.decode_steps_s(nd, dctx, rmax, 0, 1)[0])
+            dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+            self.last_prefill_per_rank = [0] * R
+            return dt, lambda: self._apply(dec_ids, (), ())
         n_p = [0] * R
         for ch in chunks:  # commit the plan's KV (the plan checked it against these pools)
             n_p = [a + b for a, b in zip(n_p, ch.per_rank)]
@@ -72,11 +89,29 @@ class XpInstance(SpRanksEngine):
         dt = self.cost.iteration_s(
             n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
             np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
-            self._rank_max())
-        if chunks and self.tracker is not None:  # the estimate this dispatch planned against
+            rmax)
+        if self.tracker is not None:  # the estimate this dispatch planned against
             self.tracker.add(dt, self.est.iteration_time(
-                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], self._rank_max()))
+                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], rmax))
         dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 
+    def _plan(self, nd: list[int], dctx: list[int], rmax: list[int]) -> list:
+        """Alg. 1's chunks for this iteration (`plan.plan_prefills`) over the pending prompts."""
+        t, cfg = self.ctx.table, self.cfg
+        states = [RankState(n, c, p.num_used, p.num_blocks, m)
+                  for n, c, p, m in zip(nd, dctx, self.pools, rmax)]
+        pend = np.asarray(self.pending, dtype=np.int64)
+        rem = t.num_tokens[pend] - t.computed[pend]
+        ttft = cfg.ttft_ms * 1e-3
+        specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + ttft,
+                                int(m), int(c))
+                 for i, m, c in zip(pend.tolist(), rem.tolist(), t.computed[pend].tolist())]
+        needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
+        _, chunks = plan_prefills(
+            specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
+            self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
+            quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
+            max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
+        return chunks
