@@ -11,6 +11,7 @@ import numpy as np
 
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
+from simserve.policies.conflux.leap import leap_instance
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_leap import flat_decodes, per_rank
 from simserve.policies.sp_ranks import SpRanksEngine
@@ -34,6 +35,9 @@ class XpInstance(SpRanksEngine):
             return {}
         return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
                     conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
+
+    def _leap(self) -> int:
+        return leap_instance(self)
 
     def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
         """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
