@@ -26,6 +26,7 @@ class XpInstance(SpRanksEngine):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._hints: dict = {}    # the last water levels found (searches start there)
+        self._specs: dict = {}    # req_id -> its PendingPrefill while it stays as it was
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -101,20 +102,36 @@ class XpInstance(SpRanksEngine):
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 
+    def _pending_specs(self) -> tuple[list[PendingPrefill], list[bool], list[int]]:
+        """The pending prompts as Alg. 1 sees them, whether each decodes after its next token,
+        and the shard blocks each holds. A prompt's spec is kept while its tokens in KV and to
+        prefill stay as they were (most iterations leave all but the first prompt alone)."""
+        t, cache = self.ctx.table, self._specs
+        if len(cache) > 2 * len(self.pending) + 64:
+            cache.clear()
+        ids = self.pending
+        pend = np.asarray(ids, dtype=np.int64)
+        comp = t.computed[pend].tolist()
+        rem = (t.num_tokens[pend] - t.computed[pend]).tolist()
+        ttft = self.cfg.ttft_ms * 1e-3
+        specs = []
+        for i, m, c in zip(ids, rem, comp):
+            p = cache.get(i)
+            if p is None or p.remaining_tokens != m or p.context_tokens != c:
+                a = float(t.arrival[i])
+                p = cache[i] = PendingPrefill(int(i), a, a + ttft, m, c)
+            specs.append(p)
+        needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
+        return specs, needs, self.shard[pend].tolist()
+
     def _plan(self, nd: list[int], dctx: list[int], rmax: list[int]) -> list:
         """Alg. 1's chunks for this iteration (`plan.plan_prefills`) over the pending prompts."""
-        t, cfg = self.ctx.table, self.cfg
+        cfg = self.cfg
         states = [RankState(n, c, p.num_used, p.num_blocks, m)
                   for n, c, p, m in zip(nd, dctx, self.pools, rmax)]
-        pend = np.asarray(self.pending, dtype=np.int64)
-        rem = t.num_tokens[pend] - t.computed[pend]
-        ttft = cfg.ttft_ms * 1e-3
-        specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + ttft,
-                                int(m), int(c))
-                 for i, m, c in zip(pend.tolist(), rem.tolist(), t.computed[pend].tolist())]
-        needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
+        specs, needs, held = self._pending_specs()
         _, chunks = plan_prefills(
-            specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
+            specs, needs, held, states, [p.num_free for p in self.pools],
             self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
             quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
             max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)

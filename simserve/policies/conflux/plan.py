@@ -47,15 +47,19 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     # B0 orders the prompts only through Moore–Hodgson's drops, and one prompt is in the same
     # place whether admitted or dropped: then (and under FCFS) it is not searched for
     b0 = None
-    if admission == "moore_hodgson" and len(pending) > 1:
-        b0 = dispatch_on(tau_d, est, nd, t_d, ap, None, quantum, 0, max_level, hints)
-    admitted, rejected = ADMISSION[admission](pending, b0 or 0, now_s, tau)
+    if len(pending) == 1:  # admitted or dropped, a lone prompt is the whole order
+        order = list(pending)
+    else:
+        if admission == "moore_hodgson":
+            b0 = dispatch_on(tau_d, est, nd, t_d, ap, None, quantum, 0, max_level, hints)
+        admitted, rejected = ADMISSION[admission](pending, b0 or 0, now_s, tau)
+        order = admitted + rejected
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
     tentative = list(ranks)
     work = 0   # Σ prefill work of the chunks placed so far, summed in their order
     out: list[Chunk] = []
-    for p in admitted + rejected:
+    for p in order:
         ell, per = dispatch_on(tau_d, est, nd, t_d, ap,
                                Candidate(p.remaining_tokens, p.context_tokens), quantum, work,
                                max_level, hints)
