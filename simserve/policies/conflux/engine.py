@@ -13,7 +13,7 @@ from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
 from simserve.policies.conflux.leap import leap_instance
 from simserve.policies.conflux.plan import plan_prefills
-from simserve.policies.sp_leap import flat_decodes, per_rank
+from simserve.policies.sp_leap import flat_decodes
 from simserve.policies.sp_ranks import SpRanksEngine
 
 _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
@@ -27,6 +27,7 @@ class XpInstance(SpRanksEngine):
         super().__init__(*args, **kwargs)
         self._hints: dict = {}    # the last water levels found (searches start there)
         self._specs: dict = {}    # req_id -> its PendingPrefill while it stays as it was
+        self._flat: tuple = (None, None)   # (decode lists, _flat_decodes of them)
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -44,26 +45,45 @@ class XpInstance(SpRanksEngine):
         """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
         (tokens in KV plus the new one; 0 without decodes): `_rank_states()` and `_rank_max()`
         from one gather of the decodes' contexts (growing leaves the contexts as they were)."""
-        t, bs, decodes = self.ctx.table, self.cfg.block_size, self.decodes
-        flat, starts, nd = flat_decodes(decodes)
-        if not len(flat):
-            return nd, [0] * self.R, [0] * self.R
+        t, bs, R = self.ctx.table, self.cfg.block_size, self.R
+        flat, nd, nz, idx = self._flat_decodes()
+        if not nz:
+            return nd, [0] * R, [0] * R
         c = t.computed[flat]
-        nb = np.maximum(0, -(-(c + 1) // bs) - t.blocks[flat])
-        need = per_rank(np.add, nb, starts, decodes)
+        nb = (c + bs) // bs        # blocks for c + 1 tokens
+        nb -= t.blocks[flat]
+        np.maximum(nb, 0, out=nb)
+        sums = np.add.reduceat(np.stack((nb, c)), idx, axis=1).tolist()
+        need = [0] * R
+        for r, x in zip(nz, sums[0]):
+            need[r] = x
         if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
             for x, p in zip(need, self.pools):
                 p.allocate(x)
             t.blocks[flat] += nb
         else:  # some rank preempts: the general path, then the survivors' contexts
             self._grow_decodes()
-            flat, starts, nd = flat_decodes(decodes)
-            if not len(flat):
-                return nd, [0] * self.R, [0] * self.R
+            flat, nd, nz, idx = self._flat_decodes()
+            if not nz:
+                return nd, [0] * R, [0] * R
             c = t.computed[flat]
-        dctx = per_rank(np.add, c + 1, starts, decodes)
-        rmax = [m + 1 if n else 0 for m, n in zip(per_rank(np.maximum, c, starts, decodes), nd)]
+            sums = [None, np.add.reduceat(c, idx).tolist()]
+        dctx, rmax = [0] * R, [0] * R
+        for r, x, m in zip(nz, sums[1], np.maximum.reduceat(c, idx).tolist()):
+            dctx[r], rmax[r] = x + nd[r], m + 1
         return nd, dctx, rmax
+
+    def _flat_decodes(self) -> tuple[np.ndarray, list[int], list[int], list[int]]:
+        """`sp_leap.flat_decodes` of the decode lists (kept while they stay as they were): the
+        ids, decodes per rank, the ranks with decodes and where each one's ids start."""
+        key, val = self._flat
+        if key != self.decodes:
+            flat, starts, nd = flat_decodes(self.decodes)
+            nz = [r for r, n in enumerate(nd) if n]
+            self._flat = ([list(ids) for ids in self.decodes],
+                          (flat, nd, nz, [starts[r] for r in nz]))
+            val = self._flat[1]
+        return val
 
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
