@@ -13,23 +13,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from simserve.policies.sp_leap import LEAP_CAP, flat_decodes, per_rank
+from simserve.policies.sp_leap import LEAP_CAP
 from simserve.sim.leap import largest_k, steps_before
 
 
 def leap_instance(eng, cap: int = LEAP_CAP) -> int:
-    """`sp_leap.leap_ranks(eng, cap)`: the same steps, token times, pools and samples."""
-    t, bs, decodes = eng.ctx.table, eng.cfg.block_size, eng.decodes
-    ids, starts, nd = flat_decodes(decodes)
-    if len(ids) == 0:
+    """`sp_leap.leap_ranks(eng, cap)` for an `engine.XpInstance`: the same steps, token times,
+    pools and samples."""
+    t, bs, R = eng.ctx.table, eng.cfg.block_size, eng.R
+    ids, nd, nz, idx = eng._flat_decodes()
+    if not nz:
         return 0
     gen = t.generated[ids]
     kmax = int(min((t.output[ids] - gen).min(), cap, LEAP_CAP))
     if kmax < 2:
         return 0
     c = t.computed[ids]
-    c0 = per_rank(np.add, c + 1, starts, decodes)
-    rmax = [m + 1 if n else 0 for m, n in zip(per_rank(np.maximum, c, starts, decodes), nd)]
+    c0, rmax = [0] * R, [0] * R
+    for r, x, m in zip(nz, np.add.reduceat(c, idx).tolist(),
+                       np.maximum.reduceat(c, idx).tolist()):
+        c0[r], rmax[r] = x + nd[r], m + 1
     arrival = eng.ctx.source.next_arrival_s
     # price the steps in growing chunks, stopping once one ends at or after the next
     # arrival (each step's price and the running sum are the same as all at once)
@@ -49,7 +52,11 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
     free = [p.num_free for p in eng.pools]
 
     def new_blocks(j: int) -> list:
-        return per_rank(np.add, np.maximum(0, -(-(c + j) // bs) - held), starts, decodes)
+        need = [0] * R
+        nb = np.maximum(0, (c + (j + bs - 1)) // bs - held)
+        for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
+            need[r] = x
+        return need
 
     grow = new_blocks(k)
     if not all(x <= f for x, f in zip(grow, free)):
@@ -59,7 +66,7 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
         grow = new_blocks(k)
     for p, x in zip(eng.pools, grow):
         p.allocate(x)
-    t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
+    t.blocks[ids] = np.maximum(held, (c + (k + bs - 1)) // bs)
     t.computed[ids] = c + k
     end = float(ends[k - 1])
     if eng.ctx.recorder.trace is not None:
