@@ -17,6 +17,7 @@ from simserve.policies.sp_leap import flat_decodes
 from simserve.policies.sp_ranks import SpRanksEngine
 
 _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
+_FEW = 8  # pending prompts read one by one (more: gathered with numpy)
 
 
 class XpInstance(SpRanksEngine):
@@ -130,10 +131,18 @@ class XpInstance(SpRanksEngine):
         if len(cache) > 2 * len(self.pending) + 64:
             cache.clear()
         ids = self.pending
-        pend = np.asarray(ids, dtype=np.int64)
-        comp = t.computed[pend].tolist()
-        rem = (t.num_tokens[pend] - t.computed[pend]).tolist()
         ttft = self.cfg.ttft_ms * 1e-3
+        if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
+            comp = [int(t.computed[i]) for i in ids]
+            rem = [int(t.num_tokens[i]) - c for i, c in zip(ids, comp)]
+            needs = [bool(t.generated[i] + 1 < t.output[i]) for i in ids]
+            held = [int(self.shard[i]) for i in ids]
+        else:
+            pend = np.asarray(ids, dtype=np.int64)
+            comp = t.computed[pend].tolist()
+            rem = (t.num_tokens[pend] - t.computed[pend]).tolist()
+            needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
+            held = self.shard[pend].tolist()
         specs = []
         for i, m, c in zip(ids, rem, comp):
             p = cache.get(i)
@@ -141,8 +150,7 @@ class XpInstance(SpRanksEngine):
                 a = float(t.arrival[i])
                 p = cache[i] = PendingPrefill(int(i), a, a + ttft, m, c)
             specs.append(p)
-        needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
-        return specs, needs, self.shard[pend].tolist()
+        return specs, needs, held
 
     def _plan(self, nd: list[int], dctx: list[int], rmax: list[int]) -> list:
         """Alg. 1's chunks for this iteration (`plan.plan_prefills`) over the pending prompts."""
