@@ -96,7 +96,7 @@ class XpInstance(SpRanksEngine):
             # decode-only: `decode_steps_s` at step 0 gives `iteration_s`'s floats (its
             # decode-only branch, `decode_only_s`) from the ranks' cached decode lines
             dt = float(self.cost.decode_steps_s(nd, dctx, rmax, 0, 1)[0])
-            dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+            dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
             self.last_prefill_per_rank = [0] * R
             return dt, lambda: self._apply(dec_ids, (), ())
         n_p = [0] * R
@@ -119,7 +119,7 @@ class XpInstance(SpRanksEngine):
         if self.tracker is not None:  # the estimate this dispatch planned against
             self.tracker.add(dt, self.est.iteration_time(
                 n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], rmax))
-        dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+        dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 

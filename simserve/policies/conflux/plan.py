@@ -8,7 +8,7 @@ needs no decode rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
@@ -81,10 +81,9 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             if g is None or free[g] < new + dest:
                 break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
             s = tentative[g]
-            tentative[g] = replace(s, num_decodes=s.num_decodes + 1,
-                                   decode_ctx_tokens=s.decode_ctx_tokens + total,
-                                   decode_max_ctx=max(s.decode_max_ctx, total),
-                                   kv_used_blocks=s.kv_used_blocks + dest)
+            tentative[g] = RankState(s.num_decodes + 1, s.decode_ctx_tokens + total,
+                                     s.kv_used_blocks + dest, s.kv_total_blocks,
+                                     max(s.decode_max_ctx, total))
             free[g] -= dest
         free = [f - new for f in free]
         ap = [a + x for a, x in zip(ap, per)]
