@@ -12,6 +12,9 @@ default 5), from the repository root:
   rate overridden, --no-save -q): imports, profile loading, trace reading, the simulation,
   metrics and the table.
 The machine's load average is printed with the table; under load, compare CPU seconds.
+simserve's modules are byte-compiled first (`compileall`, as `pip install` leaves them; this
+machine sets PYTHONDONTWRITEBYTECODE, so a checkout would otherwise recompile every module in
+every process); `--no-compile` skips that.
 """
 from __future__ import annotations
 
@@ -46,8 +49,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="runs per command (median shown)")
     ap.add_argument("--exe", help="a `simserve` console script to time instead of "
                                   "`python -m simserve`")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="do not byte-compile simserve first (time a cold checkout)")
     args = ap.parse_args()
     py = sys.executable
+    if not args.no_compile:
+        subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "simserve")], check=True)
     cli = [args.exe] if args.exe else [py, "-m", "simserve"]
     name = "simserve" if args.exe else "python -m simserve"
     cases = [("python -c pass", [py, "-c", "pass"]),
@@ -56,7 +63,8 @@ def main() -> int:
              (f"{name} run (2,000-request point)", cli + POINT)]
     load0 = os.getloadavg()
     print(f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs; "
-          f"median of {args.repeat} fresh processes each")
+          f"median of {args.repeat} fresh processes each; simserve "
+          f"{'not ' if args.no_compile else ''}byte-compiled")
     print(f"{'command':44} {'wall s':>7} {'CPU s':>6}   (min wall, max wall)")
     for label, cmd in cases:
         runs = [timed(cmd) for _ in range(max(args.repeat, 1))]
