@@ -14,8 +14,8 @@ folder), and the run summary computed. Cases:
   its own gaps scaled (`arrival: scale`) to 60 req/s, same cluster.
 
 The replicas leap independently: an arrival routed to one replica does not stop the others'
-leaps (docs/architecture.md, Event leaping), so the cost per request does not grow with the
-number of replicas.
+leaps (docs/architecture.md, Event leaping): each replica leaps about as far as it would
+alone.
 
 Reported per case: wall s, CPU s (the process's own; on a shared machine wall time also
 counts waiting for a core), µs per request (wall), peak RSS (MB, `resource.getrusage`), and the
