@@ -46,6 +46,7 @@ class BatchShape:
     # each decode's attention length (context + the new token); optional, for executors that
     # need the per-request lengths (the cost model uses decode_ctx_sum only)
     decode_ctx: np.ndarray | None = None
+    decode_ctx_max: int | None = None  # max(decode_ctx), when the caller has it at hand
 
     @property
     def num_prefills(self) -> int:
@@ -214,7 +215,9 @@ class GpuCostModel:
         return float(self._combine(base, self._forward_step_us(b))) * 1e-6
 
     def _forward_step_us(self, b: BatchShape):
-        cmax = int(b.decode_ctx.max()) if b.decode_ctx is not None and len(b.decode_ctx) else None
+        cmax = b.decode_ctx_max
+        if cmax is None and b.decode_ctx is not None and len(b.decode_ctx):
+            cmax = int(b.decode_ctx.max())
         if b.num_prefills == 0:
             return self._decode_forward_us(b.num_decodes, b.decode_ctx_sum, cmax)
         self._ensure(max(b.num_tokens, b.num_sample_rows))

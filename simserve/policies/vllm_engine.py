@@ -313,7 +313,8 @@ class ChunkedEngine(EngineBase):
             shape = BatchShape(
                 num_tokens=sum(nl), prefill_chunks=np.array(pre_n, dtype=np.int64),
                 prefill_ctx=np.array(pre_c, dtype=np.int64), num_decodes=len(dctx),
-                decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample), decode_ctx=dc)
+                decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample), decode_ctx=dc,
+                decode_ctx_max=max(dctx) if dctx else None)
             self.prefill_tokens += shape.num_tokens - shape.num_decodes
             return shape, np.array(sample, dtype=bool)
         c = t.computed[ids]
