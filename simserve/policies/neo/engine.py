@@ -21,6 +21,7 @@ from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
 from simserve.sim.leap import decode_ends, largest_k, steps_before
+from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 from simserve.sim.clock import at
@@ -54,6 +55,8 @@ class NeoEngine(EngineBase):
         self.cpu_tokens = 0
         self.num_p2g = self.num_p2c = self.num_cpu_batches = 0
         self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
+        self._d2h, self._h2d = self._channels("d2h"), self._channels("h2d")
+        self._arrivals = ctx.source.arrival.tolist()   # scheduled, sorted
 
     def enqueue(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -132,21 +135,22 @@ class NeoEngine(EngineBase):
             rec = self.ctx.recorder
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
-            swaps = env.process(self._swaps(r.swap_out_tokens, r.swap_in_tokens)) if (
-                r.swap_out_tokens or r.swap_in_tokens) else None
-            cp_tokens = int(t.num_tokens[r.pref_cpu].sum())
-            copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
-                if cp_tokens else None
-            end = start + dur
-            yield at(env, max(end, env.now))
-            if swaps is not None:
-                done = yield swaps
-                end = max(end, done + dur - head)   # the first attention waited for the swap
-            if copies is not None:
-                yield copies
-                end = max(end, env.now)
-            if end > env.now:
-                yield at(env, end)
+            cp_tokens = int(t.num_tokens[r.pref_cpu].sum()) if len(r.pref_cpu) else 0
+            end = None
+            if self.cfg.leap and rec.trace is None:  # the same times, one event (pcie.py)
+                end, wake, books = round_times(
+                    env.now, start, dur, head, layer, self.pred.L,
+                    r.swap_out_tokens * self.kv_token_bytes,
+                    r.swap_in_tokens * self.kv_token_bytes, cp_tokens * self.kv_layer_bytes,
+                    self._d2h, self._h2d)
+                if arrives_at(self._arrivals, self.ctx.source.next_index, wake):
+                    end = None
+            if end is None:
+                end = yield from self._round_events(r, start, dur, head, layer, cp_tokens)
+            else:
+                yield at(env, wake)
+                for ch, nbytes, d, e in books:
+                    ch.book(nbytes, d, e)
             self.clock = end
             if rec.trace is not None:
                 rec.trace.iteration(
@@ -157,6 +161,27 @@ class NeoEngine(EngineBase):
                     swap_in_tokens=r.swap_in_tokens, kv_blocks_used=self.gpu_pool.num_used,
                     host_kv_blocks_used=self.host_pool.num_used)
             self._apply(r, pref)
+
+    def _round_events(self, r, start: float, dur: float, head: float, layer: float,
+                      cp_tokens: int):
+        """The round's PCIe transfers as SimPy processes on the contended channels; returns
+        the round's end (the engine wakes at max(end, when the transfers are done))."""
+        env = self.ctx.env
+        swaps = env.process(self._swaps(r.swap_out_tokens, r.swap_in_tokens)) if (
+            r.swap_out_tokens or r.swap_in_tokens) else None
+        copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
+            if cp_tokens else None
+        end = start + dur
+        yield at(env, max(end, env.now))
+        if swaps is not None:
+            done = yield swaps
+            end = max(end, done + dur - head)   # the first attention waited for the swap
+        if copies is not None:
+            yield copies
+            end = max(end, env.now)
+        if end > env.now:
+            yield at(env, end)
+        return end
 
     def _idle(self):
         env = self.ctx.env
@@ -228,7 +253,7 @@ class NeoEngine(EngineBase):
         clen = t.num_tokens[cq]
         grow = -(-clen // bs) > self.host_blocks[cq]
         ok = ~grow | (self.host_pool.num_free > 0)
-        alone = self.pred.cdec_each(clen) + self.pred.lnch_us
+        alone = self.pred.alone_us(clen)
         return not np.any(ok & (alone <= self.pred.lin(B)))   # no CPU decode fits b1
 
     def _leap(self) -> int:

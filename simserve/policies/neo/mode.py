@@ -72,7 +72,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     if rows >= 1 and toks >= 1:
         # fast path: while nothing has been accepted, a candidate goes alone into b1 and fits
         # iff T_cdec(1, len) + T_lnch <= T_lin(b0) (slack[0] is then positive)
-        alone = pred.cdec_each(cpu_len) + pred.lnch_us
+        alone = pred.alone_us(cpu_len)
         fits = eligible & (alone <= lin0)
         hit = np.flatnonzero(fits)
         if len(hit) == 0:

@@ -99,6 +99,20 @@ class Predictor:
         """T_cdec of each request alone (vectorised over the CPU queue)."""
         return np.asarray(self.cpu.attention_us(1, seq_len.astype(np.float64)), dtype=np.float64)
 
+    def alone_us(self, seq_len: np.ndarray) -> np.ndarray:
+        """`cdec_each(seq_len) + lnch_us` (a CPU decode alone in b1: its CPU time), read from a
+        table over lengths. The table holds the same floats: every numpy operation of
+        `cdec_each` is elementwise, so an element's value does not depend on the array it is
+        computed in (tests check). Built on first use and grown to cover longer requests."""
+        tab = getattr(self, "_alone", None)
+        try:
+            return tab[seq_len]
+        except (IndexError, TypeError):  # first use, or a length beyond the table
+            n = max(int(seq_len.max()) + 1 if len(seq_len) else 1,
+                    2 * len(tab) if tab is not None else 4096)
+            self._alone = self.cdec_each(np.arange(n, dtype=np.int64)) + self.lnch_us
+            return self._alone[seq_len]
+
     def gpu_time(self, b: SubBatch) -> float:
         return self.lin(b.tokens) + b.pref_us + self.gdec(b.n_gdec, b.gdec_ctx)
 
