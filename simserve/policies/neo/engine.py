@@ -20,7 +20,7 @@ from simserve.cost import BatchShape, GpuCostModel
 from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
-from simserve.sim.leap import decode_ends, largest_k, steps_before
+from simserve.sim.leap import largest_k, leap_ends
 from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
@@ -57,6 +57,7 @@ class NeoEngine(EngineBase):
         self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
         self._d2h, self._h2d = self._channels("d2h"), self._channels("h2d")
         self._arrivals = ctx.source.arrival.tolist()   # scheduled, sorted
+        self._step_hint = 0.0      # a recent leapt step's duration (`leap_ends`' guess)
 
     def enqueue(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -259,34 +260,40 @@ class NeoEngine(EngineBase):
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
         ids = np.asarray(self.gpu_q, dtype=np.int64)
-        c, held = t.computed[ids], t.blocks[ids]
-        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
+        # plain ints: the batch is small, numpy calls cost more than the arithmetic
+        c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
+        g = t.generated[ids].tolist()
+        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
 
         def need(k: int) -> int:     # GPU blocks the decodes hold after k more steps
-            return int(np.maximum(held, -(-(c + k) // bs)).sum())
+            return sum(max(h, -(-(x + k) // bs)) for h, x in zip(held, c))
 
         G = self.gpu_pool.num_blocks
         kmax = largest_k(kmax, lambda k: need(k) <= G)
         if kmax < 2:
             return 0
-        ends = decode_ends(self.cost, self.clock, c, kmax)
-        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
+        B = len(c)
+        # the steps that start before the next arrival, priced as `decode_ends` prices them
+        # and cut as `steps_before` cuts them (`leap_ends`: the same floats)
+        ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax,
+                         self.ctx.source.next_arrival_s, self._step_hint)
+        k = len(ends)
+        self._step_hint = (ends[-1] - self.clock) / k
         if k < 2:
             return 0
-        self.gpu_pool.allocate(need(k) - int(held.sum()))
-        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
-        t.computed[ids] += k
-        t.emit_many(ids, ends[:k - 1])
+        self.gpu_pool.allocate(need(k) - sum(held))
+        t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
+        t.computed[ids] = [x + k for x in c]
         tr = self.ctx.recorder.trace
         if tr is not None:
-            tr.iteration("engine 0", self.clock, float(ends[k - 1]), f"decode x{k}", steps=k,
+            tr.iteration("engine 0", self.clock, ends[-1], f"decode x{k}", steps=k,
                          prefill_tokens=0, decodes=len(ids), gpu_decodes=len(ids),
                          cpu_decodes=0, kv_blocks_used=self.gpu_pool.num_used,
                          host_kv_blocks_used=self.host_pool.num_used)
-        self.clock = float(ends[k - 1])
+        self.clock = ends[-1]
         self.ctx.recorder.num_iterations += k
         self.num_gpu_only += k
-        done = t.emit(ids, self.clock)
+        done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
             self._finish(done)
         self._sample()

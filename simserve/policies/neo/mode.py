@@ -81,9 +81,15 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     tried = cpu_len[:start][eligible[:start]]
     min_bad = int(tried.min()) if len(tried) else np.iinfo(np.int64).max
     g_attn0 = b0.pref_us + pred.gdec(b0.n_gdec, b0.gdec_ctx)
-    subs = (b0, b1)
-    cpu_t = [0.0, 0.0]
     chosen: tuple[list, list] = ([], [])
+    # b0's and b1's CPU decodes (count, Σ seq_len), tokens, T_lin of those tokens and CPU
+    # time, as plain locals: a candidate is priced with one T_cdec call (the other terms of
+    # both slacks change only when a candidate is accepted)
+    lin, cdec, lnch = pred.lin, pred.cdec, pred.lnch_us
+    n0, x0, t0, cpu0 = b0.n_cdec, b0.cdec_ctx, b0.tokens, 0.0
+    n1, x1, t1, cpu1 = b1.n_cdec, b1.cdec_ctx, b1.tokens, 0.0
+    lin0, lin1 = lin(t0), lin(t1)
+    grown = None     # T_lin of the target's tokens with one more row
     nxt = 1
     c_len, c_grow, c_ids = (cpu_len[start:].tolist(), cpu_grow[start:].tolist(),
                             cpu_ids[start:].tolist())
@@ -92,25 +98,32 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
             break
         if ln >= min_bad or (gr and host_free <= 0):
             continue
-        b = subs[nxt]
-        b.n_cdec += 1
-        b.cdec_ctx += ln
-        new_t = pred.cdec(b.n_cdec, b.cdec_ctx) + pred.lnch_us
-        c0 = new_t if nxt == 0 else cpu_t[0]
-        c1 = new_t if nxt == 1 else cpu_t[1]
-        s0 = pred.lin(b1.tokens) + g_attn0 - c0
-        s1 = pred.lin(b0.tokens) - c1
+        if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
+            if grown is None:
+                grown = lin(t1 + 1)
+            new_t = cdec(n1 + 1, x1 + ln) + lnch
+            s0 = grown + g_attn0 - cpu0
+            s1 = lin0 - new_t
+        else:                # to b0
+            if grown is None:
+                grown = lin(t0 + 1)
+            new_t = cdec(n0 + 1, x0 + ln) + lnch
+            s0 = lin1 + g_attn0 - new_t
+            s1 = grown - cpu1
         if min(s0, s1) < 0:
-            b.n_cdec -= 1
-            b.cdec_ctx -= ln
             min_bad = ln
             continue
-        cpu_t[nxt] = new_t
+        if nxt:
+            n1, x1, t1, lin1, cpu1 = n1 + 1, x1 + ln, t1 + 1, grown, new_t
+        else:
+            n0, x0, t0, lin0, cpu0 = n0 + 1, x0 + ln, t0 + 1, grown, new_t
+        grown = None
         chosen[nxt].append(rid)
         rows -= 1
         toks -= 1
         host_free -= gr
         nxt = 1 if s1 > s0 else 0
+    b0.n_cdec, b0.cdec_ctx, b1.n_cdec, b1.cdec_ctx = n0, x0, n1, x1
     if b1.n_cdec == 0:
         # nothing accepted (the first accepted decode always goes to b1)
         return gpu_only()
