@@ -207,10 +207,11 @@ class NeoEngine(EngineBase):
         self.gpu_q.extend(r.pref_gpu.tolist())
         self.cpu_q.extend(r.pref_cpu.tolist())
         if len(done):
-            self._finish(done)
+            self._finish(done, cpu_side=bool(len(r.cdec) or len(r.pref_cpu)))
         self._sample()
 
-    def _finish(self, done: np.ndarray) -> None:
+    def _finish(self, done: np.ndarray, cpu_side: bool = True) -> None:
+        """`cpu_side`: some of `done` may be in the CPU queue (else all were GPU decodes)."""
         t = self.ctx.table
         self.gpu_pool.free(int(t.blocks[done].sum()))
         self.host_pool.free(int(self.host_blocks[done].sum()))
@@ -218,7 +219,7 @@ class NeoEngine(EngineBase):
         self.host_blocks[done] = 0
         gone = set(done.tolist())
         self.gpu_q = [x for x in self.gpu_q if x not in gone]
-        if any(x in gone for x in self.cpu_q):
+        if cpu_side and any(x in gone for x in self.cpu_q):
             self.cpu_q = deque(x for x in self.cpu_q if x not in gone)
         self.stats.update(self.counters())
 
@@ -295,7 +296,7 @@ class NeoEngine(EngineBase):
         self.num_gpu_only += k
         done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
-            self._finish(done)
+            self._finish(done, cpu_side=False)
         self._sample()
         return k
 

@@ -85,7 +85,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     # b0's and b1's CPU decodes (count, Σ seq_len), tokens, T_lin of those tokens and CPU
     # time, as plain locals: a candidate is priced with one T_cdec call (the other terms of
     # both slacks change only when a candidate is accepted)
-    lin, cdec, lnch = pred.lin, pred.cdec, pred.lnch_us
+    lin, cdec, lnch = pred.lin, pred.cdec_positive(), pred.lnch_us
     n0, x0, t0, cpu0 = b0.n_cdec, b0.cdec_ctx, b0.tokens, 0.0
     n1, x1, t1, cpu1 = b1.n_cdec, b1.cdec_ctx, b1.tokens, 0.0
     lin0, lin1 = lin(t0), lin(t1)

@@ -68,6 +68,8 @@ class Predictor:
         self.L = model.num_layers
         self.lnch_us = lnch_us
         self.h2d, self.d2h = h2d, d2h
+        self._pref_us: dict[int, float] = {}
+        self._lm_us: dict[int, float] = {}
         hd = model.head_dim
         # activations of one CPU-decode row per layer and rank: q, k, v down; attention out up
         self.act_d2h_bytes = (model.num_heads + 2 * model.num_kv_heads) // tp * hd * DTYPE_BYTES
@@ -77,7 +79,7 @@ class Predictor:
         da = cpu.ops.decode_attn
         grid = getattr(da, "grid", None) if getattr(da, "kind", "") == "grid" else None
         if grid is not None:
-            scalar, tp_cpu = grid.scalar, cpu.tp
+            scalar, tp_cpu = grid.scalar_fn(), cpu.tp     # `grid.scalar`, the same floats
             self._cdec = lambda n, ctx: scalar(n, ctx / n) / tp_cpu
         else:
             self._cdec = lambda n, ctx: float(cpu.attention_us(n, ctx))
@@ -87,13 +89,24 @@ class Predictor:
         return self.gpu.dense_layer_us(tokens) if tokens else 0.0
 
     def pref(self, prompt_len: int) -> float:
-        return float(self.gpu.prefill_attn(np.array([prompt_len]), _ZERO))
+        memo = self._pref_us
+        v = memo.get(prompt_len)
+        if v is None:   # a pure function of the length: computed once per length
+            v = memo[prompt_len] = float(self.gpu.prefill_attn(np.array([prompt_len]), _ZERO))
+        return v
 
     def gdec(self, n: int, ctx: int) -> float:
         return float(self.gpu.decode_attn(n, ctx)) if n else 0.0
 
     def cdec(self, n: int, ctx: int) -> float:
         return self._cdec(n, ctx) if n else 0.0
+
+    def cdec_positive(self):
+        """`cdec` for n >= 1 as one plain callable (the decision loop calls it per candidate);
+        `cdec` itself where a subclass overrides it."""
+        if type(self).cdec is Predictor.cdec and hasattr(self, "_cdec"):
+            return self._cdec
+        return self.cdec
 
     def cdec_each(self, seq_len: np.ndarray) -> np.ndarray:
         """T_cdec of each request alone (vectorised over the CPU queue)."""
@@ -153,7 +166,11 @@ class Predictor:
         return self.gpu.iter_us + self.gpu.per_seq_us * num_seqs
 
     def lm_us(self, rows: int) -> float:
-        return float(self.gpu.ops.lm_head(rows)) if rows else 0.0
+        memo = self._lm_us
+        v = memo.get(rows)
+        if v is None:   # a pure function of the rows: computed once per count
+            v = memo[rows] = float(self.gpu.ops.lm_head(rows)) if rows else 0.0
+        return v
 
     def pipeline_s(self, b0: SubBatch, b1: SubBatch) -> tuple[float, float, float]:
         """(iteration s, head s, layer s) of the asymmetric pipeline; every request samples.
