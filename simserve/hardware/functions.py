@@ -207,9 +207,16 @@ class Grid:
                     rows.clear()
                 rows[x] = r
             s0, s1, a, wx, xbeyond = r
-            yc = min(max(y, ys0), ys1)
-            ly = log2(max(yc, 1.0))
-            j = min(max(bisect_right(lys, ly) - 1, 0), last_j)
+            # min(max(y, ys0), ys1) and the clamps below as comparisons (the same values)
+            yc = y if y > ys0 else ys0
+            if yc > ys1:
+                yc = ys1
+            ly = log2(yc if yc > 1.0 else 1.0)
+            j = bisect_right(lys, ly) - 1
+            if j < 0:
+                j = 0
+            elif j > last_j:
+                j = last_j
             wy = (ly - lys[j]) / dly[j]
             t0, d0 = s0[j]
             r0 = t0 + wy * d0

@@ -86,6 +86,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     # time, as plain locals: a candidate is priced with one T_cdec call (the other terms of
     # both slacks change only when a candidate is accepted)
     lin, cdec, lnch = pred.lin, pred.cdec_positive(), pred.lnch_us
+    lin_memo = getattr(pred, "lin_memo", {})   # T_lin by tokens (a pure function of them)
     n0, x0, t0, cpu0 = b0.n_cdec, b0.cdec_ctx, b0.tokens, 0.0
     n1, x1, t1, cpu1 = b1.n_cdec, b1.cdec_ctx, b1.tokens, 0.0
     lin0, lin1 = lin(t0), lin(t1)
@@ -100,13 +101,17 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
             continue
         if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
             if grown is None:
-                grown = lin(t1 + 1)
+                grown = lin_memo.get(t1 + 1)
+                if grown is None:
+                    grown = lin_memo[t1 + 1] = lin(t1 + 1)
             new_t = cdec(n1 + 1, x1 + ln) + lnch
             s0 = grown + g_attn0 - cpu0
             s1 = lin0 - new_t
         else:                # to b0
             if grown is None:
-                grown = lin(t0 + 1)
+                grown = lin_memo.get(t0 + 1)
+                if grown is None:
+                    grown = lin_memo[t0 + 1] = lin(t0 + 1)
             new_t = cdec(n0 + 1, x0 + ln) + lnch
             s0 = lin1 + g_attn0 - new_t
             s1 = grown - cpu1

@@ -69,6 +69,7 @@ class Predictor:
         self.lnch_us = lnch_us
         self.h2d, self.d2h = h2d, d2h
         self._pref_us: dict[int, float] = {}
+        self.lin_memo: dict[int, float] = {}     # `lin` by tokens, filled by `mode.decide`
         self._lm_us: dict[int, float] = {}
         hd = model.head_dim
         # activations of one CPU-decode row per layer and rank: q, k, v down; attention out up
