@@ -94,9 +94,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     nxt = 1
     c_len, c_grow, c_ids = (cpu_len[start:].tolist(), cpu_grow[start:].tolist(),
                             cpu_ids[start:].tolist())
-    for ln, gr, rid in zip(c_len, c_grow, c_ids):
-        if rows < 1 or toks < 1:
-            break
+    for ln, gr, rid in zip(c_len, c_grow, c_ids) if rows >= 1 and toks >= 1 else ():
         if ln >= min_bad or (gr and host_free <= 0):
             continue
         if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
@@ -115,7 +113,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
             new_t = cdec(n0 + 1, x0 + ln) + lnch
             s0 = lin1 + g_attn0 - new_t
             s1 = grown - cpu1
-        if min(s0, s1) < 0:
+        if s0 < 0 or s1 < 0:          # min(s0, s1) < 0
             min_bad = ln
             continue
         if nxt:
@@ -128,6 +126,8 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
         toks -= 1
         host_free -= gr
         nxt = 1 if s1 > s0 else 0
+        if rows < 1 or toks < 1:      # the budget only shrinks when a candidate is accepted
+            break
     b0.n_cdec, b0.cdec_ctx, b1.n_cdec, b1.cdec_ctx = n0, x0, n1, x1
     if b1.n_cdec == 0:
         # nothing accepted (the first accepted decode always goes to b1)
