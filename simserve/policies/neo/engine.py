@@ -193,10 +193,15 @@ class NeoEngine(EngineBase):
 
     def _apply(self, r, pref: np.ndarray) -> None:
         t = self.ctx.table
-        self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
-        t.computed[pref] = t.num_tokens[pref]
+        if len(r.pref_cpu):
+            self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
+        if len(pref):
+            t.computed[pref] = t.num_tokens[pref]
+            gen = np.concatenate((pref, r.gdec))
+        else:
+            gen = r.gdec
         t.computed[r.gdec] += 1
-        done = t.emit(np.concatenate((pref, r.gdec)), self.clock)
+        done = t.emit(gen, self.clock)
         self.num_p2g += len(r.pref_gpu)
         self.num_p2c += len(r.pref_cpu)
         if len(r.cdec):
@@ -204,8 +209,10 @@ class NeoEngine(EngineBase):
             t.computed[r.cdec] += 1
             done = np.concatenate((done, t.emit(r.cdec, self.clock, on_cpu=True)))
             self.cpu_tokens += len(r.cdec)
-        self.gpu_q.extend(r.pref_gpu.tolist())
-        self.cpu_q.extend(r.pref_cpu.tolist())
+        if len(r.pref_gpu):
+            self.gpu_q.extend(r.pref_gpu.tolist())
+        if len(r.pref_cpu):
+            self.cpu_q.extend(r.pref_cpu.tolist())
         if len(done):
             self._finish(done, cpu_side=bool(len(r.cdec) or len(r.pref_cpu)))
         self._sample()
@@ -240,8 +247,7 @@ class NeoEngine(EngineBase):
         if not self.cpu_q:
             return True
         t, bs = self.ctx.table, self.block_size
-        ids = np.asarray(self.gpu_q, dtype=np.int64)
-        need = int((-(-t.num_tokens[ids] // bs)).sum())
+        need = sum([-(-x // bs) for x in t.num_tokens[self.gpu_q].tolist()])
         if need > self.gpu_pool.num_blocks:
             return False                       # a swap-out is due
         head = self.cpu_q[0]
@@ -253,10 +259,10 @@ class NeoEngine(EngineBase):
             return True
         cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
         clen = t.num_tokens[cq]
-        grow = -(-clen // bs) > self.host_blocks[cq]
-        ok = ~grow | (self.host_pool.num_free > 0)
-        alone = self.pred.alone_us(clen)
-        return not np.any(ok & (alone <= self.pred.lin(B)))   # no CPU decode fits b1
+        fits = self.pred.alone_us(clen) <= self.pred.lin(B)
+        if self.host_pool.num_free <= 0:       # then only those needing no new host block
+            fits &= -(-clen // bs) <= self.host_blocks[cq]
+        return not fits.any()                  # no CPU decode fits b1
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
@@ -282,8 +288,9 @@ class NeoEngine(EngineBase):
         self._step_hint = (ends[-1] - self.clock) / k
         if k < 2:
             return 0
-        self.gpu_pool.allocate(need(k) - sum(held))
-        t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
+        grown = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]    # need(k), each
+        self.gpu_pool.allocate(sum(grown) - sum(held))
+        t.blocks[ids] = grown
         t.computed[ids] = [x + k for x in c]
         tr = self.ctx.recorder.trace
         if tr is not None:
