@@ -37,6 +37,8 @@ def test_grid_scalar_fn_is_grid_scalar(x, y):
     f = grid.scalar_fn()
     assert f(x, y) == grid.scalar(x, y)
     assert f(int(x) or 1, y) == grid.scalar(int(x) or 1, y)
+    n = int(x) or 1
+    assert grid.scalar_fn(per_x=True, div=3)(n, y * n) == grid.scalar(n, y * n / n) / 3
 
 
 def test_grid_scalar_fn_on_every_knot_and_between():

@@ -178,10 +178,11 @@ class Grid:
             out *= x / xs1
         return out
 
-    def scalar_fn(self):
+    def scalar_fn(self, per_x: bool = False, div: float = 1.0):
         """`scalar` as a closure with its per-knot differences precomputed: the same float
         operations on the same values (a difference or a weight's complement is computed once
-        instead of per call), for loops that price thousands of points one by one."""
+        instead of per call), for loops that price thousands of points one by one. With
+        `per_x` it is called with a total, `scalar(x, total / x) / div`."""
         if self._py is None:
             self.scalar(float(self.xs[0]), float(self.ys[0]))   # builds the plain lists
         lxs, lys, lts, (xs0, xs1, ys0, ys1) = self._py
@@ -193,6 +194,8 @@ class Grid:
         log2, exp, bisect_right = math.log2, math.exp, bisect.bisect_right
 
         def f(x, y):
+            if per_x:
+                y = y / x
             r = rows.get(x)
             if r is None:  # as `scalar`: the row and its weight for this x
                 xc = min(max(x, xs0), xs1)
@@ -228,7 +231,7 @@ class Grid:
                 out *= y / ys1
             if xbeyond:
                 out *= x / xs1
-            return out
+            return out / div if per_x else out
 
         return f
 

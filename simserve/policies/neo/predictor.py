@@ -80,8 +80,8 @@ class Predictor:
         da = cpu.ops.decode_attn
         grid = getattr(da, "grid", None) if getattr(da, "kind", "") == "grid" else None
         if grid is not None:
-            scalar, tp_cpu = grid.scalar_fn(), cpu.tp     # `grid.scalar`, the same floats
-            self._cdec = lambda n, ctx: scalar(n, ctx / n) / tp_cpu
+            # scalar(n, ctx / n) / cpu.tp, the same floats (`Grid.scalar_fn`)
+            self._cdec = grid.scalar_fn(per_x=True, div=cpu.tp)
         else:
             self._cdec = lambda n, ctx: float(cpu.attention_us(n, ctx))
 
