@@ -71,6 +71,7 @@ class Predictor:
         self._pref_us: dict[int, float] = {}
         self.lin_memo: dict[int, float] = {}     # `lin` by tokens, filled by `mode.decide`
         self._lm_us: dict[int, float] = {}
+        self._gdec_us: dict[tuple, float] = {}
         hd = model.head_dim
         # activations of one CPU-decode row per layer and rank: q, k, v down; attention out up
         self.act_d2h_bytes = (model.num_heads + 2 * model.num_kv_heads) // tp * hd * DTYPE_BYTES
@@ -97,7 +98,15 @@ class Predictor:
         return v
 
     def gdec(self, n: int, ctx: int) -> float:
-        return float(self.gpu.decode_attn(n, ctx)) if n else 0.0
+        if not n:
+            return 0.0
+        memo = self._gdec_us     # one decision prices the same GPU decodes several times
+        v = memo.get((n, ctx))
+        if v is None:
+            if len(memo) > 4096:
+                memo.clear()
+            v = memo[n, ctx] = float(self.gpu.decode_attn(n, ctx))
+        return v
 
     def cdec(self, n: int, ctx: int) -> float:
         return self._cdec(n, ctx) if n else 0.0

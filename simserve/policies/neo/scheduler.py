@@ -67,7 +67,7 @@ def next_round(e) -> Round:
         else:
             recompute.append(v)
             gpu_need -= need[keep]
-    r = Round(Decision("none"))
+    r = Round(None)                    # its decision is set below
     for v in out:                      # the newest ends up at the front
         held = int(t.blocks[v])
         e.gpu_pool.free(held)
