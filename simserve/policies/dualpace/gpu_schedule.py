@@ -105,9 +105,11 @@ def plan_round(eng) -> Plan:
             n = int(np.searchsorted(np.cumsum(nb), free, "right"))
             keep = run[:n]
             need = int(nb[:n].sum())
-    keep = keep[:min(eng.max_seqs, eng.hard_limit)]
-    kid = np.asarray(keep, dtype=np.int64)
-    need = int(np.maximum(-(-(t.computed[kid] + 1) // bs) - t.blocks[kid], 0).sum())
+    if len(keep) != len(run) or len(keep) > min(eng.max_seqs, eng.hard_limit):
+        keep = keep[:min(eng.max_seqs, eng.hard_limit)]
+        kid = np.asarray(keep, dtype=np.int64)
+        need = int(np.maximum(-(-(t.computed[kid] + 1) // bs) - t.blocks[kid], 0).sum())
+    # (else every decode is kept and `need` is theirs already)
     # step 3. Q_G in eviction order, tail evicted first. Requests admitted with a finish-peak
     # guarantee (swap-ins, deferred marks) sit at its head: they stay GPU-resident to the end.
     q_peaks = st.peak[np.asarray(run, dtype=np.int64)].tolist()
@@ -116,7 +118,7 @@ def plan_round(eng) -> Plan:
         q_peaks = [int(st.peak[r]) for r in run if r not in gone]
     q_peaks += part_peaks
     q_peaks[:0] = [int(st.peak[r]) for r in eng.marks]
-    st.migration_reserve = migration_blocks(q_peaks, gcap)
+    # (B_migration is published at the end: nothing runs in between to read it)
     plan.decodes = keep                                               # step 4
     rows, tokens = len(keep), len(keep)
     gfree = free - need
