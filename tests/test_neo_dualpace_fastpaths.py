@@ -199,3 +199,12 @@ def test_neo_round_closed_form_on_and_off_agree_on_channels():
     ra = simulate_point(w, "llama-3.1-8b", HW, "neo", leap=True, **p)
     rb = simulate_point(w, "llama-3.1-8b", HW, "neo", leap=False, **p)
     assert np.array_equal(ra.records.token_times_s, rb.records.token_times_s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 1e4), st.floats(0, 1e-2), st.floats(0, 1e-3), st.floats(0, 1e-2),
+       st.integers(1, 128))
+def test_fresh_main_run_ends_are_the_main_run_s(start, pre, layer, post, N):
+    from simserve.policies.dualpace.gpu_worker import MainRun
+    r = MainRun(start, pre, layer, post, N)
+    assert MainRun.fresh_ends(start, pre, layer, post, N) == (r.end, r.expected_end())
