@@ -58,6 +58,7 @@ class NeoEngine(EngineBase):
         self._d2h, self._h2d = self._channels("d2h"), self._channels("h2d")
         self._arrivals = ctx.source.arrival.tolist()   # scheduled, sorted
         self._step_hint = 0.0      # a recent leapt step's duration (`leap_ends`' guess)
+        self._cpu_view = None      # (ids, lengths) of the CPU queue read by `_leap_ok`
 
     def enqueue(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -95,6 +96,7 @@ class NeoEngine(EngineBase):
     def run(self):
         env, t = self.ctx.env, self.ctx.table
         while True:
+            self._cpu_view = None
             if not self.waiting and not self.gpu_q and not self.cpu_q:
                 yield from self._idle()
                 continue
@@ -259,10 +261,17 @@ class NeoEngine(EngineBase):
             return True
         cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
         clen = t.num_tokens[cq]
+        self._cpu_view = (cq, clen)            # `next_round` reuses them if nothing moves
         fits = self.pred.alone_us(clen) <= self.pred.lin(B)
         if self.host_pool.num_free <= 0:       # then only those needing no new host block
             fits &= -(-clen // bs) <= self.host_blocks[cq]
         return not fits.any()                  # no CPU decode fits b1
+
+    def take_cpu_view(self):
+        """(ids, lengths) of the CPU queue as `_leap_ok` read them in this iteration of the
+        loop (None if it did not), once."""
+        v, self._cpu_view = self._cpu_view, None
+        return v
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size

@@ -7,6 +7,7 @@ the GPU-only candidate g, then keep the pipeline only if its predicted request r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
            cpu_ids: np.ndarray, cpu_len: np.ndarray, cpu_grow: np.ndarray, rows: int, toks: int,
            host_free: int, threshold: int, gdec_max: int = 0) -> Decision:
     """`cpu_*`: the CPU decoding queue in order (ids, seq_len, 1 if its next token needs a new
-    host block); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth;
+    host block; None when `host_free` covers every candidate); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth;
     `gdec_max`: the longest GPU decode (priced in the pipeline's simulated time)."""
     lens = [int(x) for x in pref_gpu_len] + [int(x) for x in pref_cpu_len]
     is_gpu = [True] * len(pref_gpu_len) + [False] * len(pref_cpu_len)
@@ -68,17 +69,19 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     # CPU decodes, FIFO, to the sub-batch with the larger slack; a rejected length bars longer
     lin0 = pred.lin(b0.tokens)
     start = 0
-    eligible = (cpu_grow == 0) | (host_free > 0)
+    # `cpu_grow` None: the host has a block for every candidate's growth (none is barred)
+    eligible = None if cpu_grow is None else (cpu_grow == 0) | (host_free > 0)
     if rows >= 1 and toks >= 1:
         # fast path: while nothing has been accepted, a candidate goes alone into b1 and fits
         # iff T_cdec(1, len) + T_lnch <= T_lin(b0) (slack[0] is then positive)
-        alone = pred.alone_us(cpu_len)
-        fits = eligible & (alone <= lin0)
+        fits = pred.alone_us(cpu_len) <= lin0
+        if eligible is not None:
+            fits &= eligible
         hit = np.flatnonzero(fits)
         if len(hit) == 0:
             return gpu_only()
         start = int(hit[0])
-    tried = cpu_len[:start][eligible[:start]]
+    tried = cpu_len[:start] if eligible is None else cpu_len[:start][eligible[:start]]
     min_bad = int(tried.min()) if len(tried) else np.iinfo(np.int64).max
     g_attn0 = b0.pref_us + pred.gdec(b0.n_gdec, b0.gdec_ctx)
     chosen: tuple[list, list] = ([], [])
@@ -92,8 +95,8 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     lin0, lin1 = lin(t0), lin(t1)
     grown = None     # T_lin of the target's tokens with one more row
     nxt = 1
-    c_len, c_grow, c_ids = (cpu_len[start:].tolist(), cpu_grow[start:].tolist(),
-                            cpu_ids[start:].tolist())
+    c_len, c_ids = cpu_len[start:].tolist(), cpu_ids[start:].tolist()
+    c_grow = repeat(0) if cpu_grow is None else cpu_grow[start:].tolist()
     for ln, gr, rid in zip(c_len, c_grow, c_ids) if rows >= 1 and toks >= 1 else ():
         if ln >= min_bad or (gr and host_free <= 0):
             continue

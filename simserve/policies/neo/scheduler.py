@@ -139,12 +139,21 @@ def next_round(e) -> Round:
         rows -= 1
         toks -= ln
     # 5: mode decision over the CPU queue (CPU decodes need a host block at block boundaries)
-    cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q)) if cfg.use_cpu else _EMPTY
-    clen = t.num_tokens[cq]
-    grow = (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
+    view = e.take_cpu_view()           # the CPU queue's ids and lengths, if `_leap_ok` read
+    if not cfg.use_cpu:                # them this iteration and the queue has not moved since
+        cq, clen = _EMPTY, _EMPTY
+    elif view is not None and not (out or recompute) and len(view[0]) == len(e.cpu_q):
+        cq, clen = view
+    else:
+        cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q))
+        clen = t.num_tokens[cq]
+    host_free = e.host_pool.num_blocks - cpu_need
+    # which candidates need a new host block matters only if the host may run out of them
+    grow = None if host_free >= len(cq) else \
+        (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
     d = decide(e.pred, [int(t.num_tokens[w]) for w in pg], [int(t.num_tokens[w]) for w in pc],
                len(run), sum(lens), cq, clen, grow, rows, toks,
-               e.host_pool.num_blocks - cpu_need, cfg.linr_s_threshold, max(lens, default=0))
+               host_free, cfg.linr_s_threshold, max(lens, default=0))
     run = np.asarray(run, dtype=np.int64)
     r.decision = d
     # 6: commit the kept prefills and the growth of every decode that runs
