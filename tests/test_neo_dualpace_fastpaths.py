@@ -208,3 +208,26 @@ def test_fresh_main_run_ends_are_the_main_run_s(start, pre, layer, post, N):
     from simserve.policies.dualpace.gpu_worker import MainRun
     r = MainRun(start, pre, layer, post, N)
     assert MainRun.fresh_ends(start, pre, layer, post, N) == (r.end, r.expected_end())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 3000), min_size=1, max_size=60), st.data())
+def test_neo_decision_without_growth_flags_when_the_host_covers_every_candidate(lens, data):
+    # with host_free >= the queue's length no candidate can be barred for a host block, so
+    # the round passes no growth flags (None): the decision must be the same as with them
+    from simserve.policies.neo.mode import decide
+    from tests.test_neo import LinearPredictor
+    pred = LinearPredictor(a=data.draw(st.floats(0, 50)), b=data.draw(st.floats(0.5, 20)),
+                           lnch=data.draw(st.floats(0, 30)))
+    cpu = np.asarray(lens, dtype=np.int64)
+    grow = np.asarray(data.draw(st.lists(st.integers(0, 1), min_size=len(lens),
+                                         max_size=len(lens))), dtype=np.int64)
+    pg = data.draw(st.lists(st.integers(1, 2000), max_size=3))
+    pc = data.draw(st.lists(st.integers(1, 2000), max_size=3))
+    rows = data.draw(st.integers(0, 80))
+    free = len(lens) + data.draw(st.integers(0, 5))
+    ids = np.arange(len(lens)) + 100
+    a = decide(pred, pg, pc, 3, 900, ids, cpu, grow, rows, 10**6, free, 128, 400)
+    b = decide(pred, pg, pc, 3, 900, ids, cpu, None, rows, 10**6, free, 128, 400)
+    assert (a.mode, a.num_pref_gpu, a.num_pref_cpu, a.cdec, a.b0, a.b1, a.g) == \
+        (b.mode, b.num_pref_gpu, b.num_pref_cpu, b.cdec, b.b0, b.b1, b.g)
