@@ -6,6 +6,8 @@ batch (timed by `GpuCostModel.step_s`, as the GPU-only engines are) or the asymm
 real KV bytes: swap-outs (D2H) and swap-ins (H2D) start with the round and the first attention
 waits for them; a Prefill-to-CPU prompt's KV is copied D2H layer by layer as each layer ends,
 and the round ends when its copies are done (the intermediate GPU blocks are then free).
+With `leap` on, those transfers are worked out in closed form (`pcie.round_times`: the same
+times, one event per round) and booked on the channels when the round ends.
 
 Between interesting events a GPU-only decode round with no CPU work and nothing waiting is
 leapt k steps at once, as the chunked engines do (`_leap`), with identical results.
