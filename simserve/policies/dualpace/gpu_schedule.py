@@ -69,13 +69,14 @@ def plan_round(eng) -> Plan:
     nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - t.blocks[ids], 0)
     free = gp.num_free
     need = int(nb.sum())
-    host_growth = st.host_growth(st.cpu_running)
+    host_growth = None      # Eq. 3 over the CPU batch: read by steps 2 and 5 only, when they run
     planned = 0
     keep = list(run)
     # with chunked prefill, a prompt placed on the GPU and prefilled in part is GPU-owned: its
     # finish peak stays in Q_G (at the eviction tail, the youngest) until it joins the decodes
     part_peaks = [int(st.peak[r]) for r in gpu_partial(eng)]
     if need > free:                                                   # step 2
+        host_growth = st.host_growth(st.cpu_running)
         short, freed = need - free, 0
         alive = np.ones(len(run), dtype=bool)
         peaks = st.peak[ids]
@@ -170,6 +171,8 @@ def plan_round(eng) -> Plan:
             break
         cand.append(r)
     if cand:
+        if host_growth is None:
+            host_growth = st.host_growth(st.cpu_running)
         c = np.asarray(cand, dtype=np.int64)
         pr = t.prompt[c]
         res = admit_prefills(
