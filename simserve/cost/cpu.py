@@ -194,6 +194,22 @@ class CpuCostModel:
                 "post_attention": self.post_attention_us(b) * f,
                 "post_layer": self.post_layer_us(b) * f}
 
+    def stage_fn(self, b: int):
+        """`stage_us(b, ·)` as a function of `ctx_sum` alone, the stages that depend on b alone
+        computed once (the same floats: the same operations on the same values)."""
+        f = self.in_situ(b)
+        host = self.iter_us + self.per_seq_us * b
+        pre_layer = host + (self.pre_layer_us(b) - host) * f
+        pre_attention = self.pre_attention_us(b) * f
+        post_attention = self.post_attention_us(b) * f
+        post_layer = self.post_layer_us(b) * f
+
+        def stages(ctx_sum) -> dict:
+            return {"pre_layer": pre_layer, "pre_attention": pre_attention,
+                    "attention": self.attention_us(b, ctx_sum) * f,
+                    "post_attention": post_attention, "post_layer": post_layer}
+        return stages
+
     def in_situ(self, b: int) -> float:
         """Whole CPU iterations (real executor) over the sum of separately priced ops at batch
         b: the profile's `overheads.in_situ` (`simserve validate fit`; its `by_model` entry for

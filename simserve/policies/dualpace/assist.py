@@ -48,6 +48,7 @@ class CpuBatchExecutor:
         self.route_counts = [0, 0, 0]
         self._post_attn: dict[int, float] = {}
         self._post_layer: dict[int, float] = {}
+        self._stage_fns: dict = {}   # CpuCostModel.stage_fn per batch size
         self.next_s = None      # when this batch's CPU side next acts (None: not known / idle)
         self.route_now = None   # the route of the batch in progress
         self.j = 0              # Fused-Assist: assists of layers < j are done
@@ -89,7 +90,10 @@ class CpuBatchExecutor:
             if r == FULL:
                 yield self._sleep(cpu.iteration_s(b, ctx_sum))
                 return r
-            s = cpu.stage_us(b, ctx_sum)
+            fn = self._stage_fns.get(b)
+            if fn is None:
+                fn = self._stage_fns[b] = cpu.stage_fn(b)
+            s = fn(ctx_sum)                               # cpu.stage_us(b, ctx_sum)
             two_rows = 2 * b * self.act_bytes             # residual + attention output / hidden
             a_w = cpu.copy_us(two_rows)
             if r == SPLIT:

@@ -46,15 +46,19 @@ class CpuEngine(EngineBase):
         room = pool.num_blocks - pool.num_used - st.migration_reserve      # step 1
         rows = min(self.C, self.token_limit)
         # step 2: the running frontier
-        marked = [r for r in st.cpu_running if st.marked[r]]
-        keep_c = [r for r in st.cpu_running if not st.marked[r]]
+        running = st.cpu_running
+        is_marked = st.marked[running].tolist() if running else []
+        marked = [r for r, m in zip(running, is_marked) if m]
+        keep_c = [r for r, m in zip(running, is_marked) if not m] if marked else list(running)
         sel: list[int] = []
+        used = 0                            # Σ growth of `sel`
         if keep_c:
             ids = np.asarray(keep_c)
             need = np.cumsum(np.maximum(st.peak[ids] - st.host_blocks[ids], 0))
             n = int(min(np.searchsorted(need, room, "right"), rows))
             sel = keep_c[:n]
             suffix = keep_c[n:]
+            used = int(need[n - 1]) if n else 0
         else:
             suffix = []
         moved = marked + suffix
@@ -63,7 +67,6 @@ class CpuEngine(EngineBase):
             st.cpu_running = sel
             return sel
         # step 3: the ready waiting prefix
-        used = int(np.maximum(st.peak[sel] - st.host_blocks[sel], 0).sum()) if sel else 0
         w = st.cpu_waiting
         while w and len(sel) < rows:
             r = w[0]

@@ -21,9 +21,11 @@ from simserve.policies.dualpace.gpu_schedule import plan_round
 from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.policies.dualpace.state import CPU, GPU, MIGRATING, NONE, SharedState
 from simserve.sim.clock import at
+from simserve.sim.leap import LIST_STEPS
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-DECODE_LOOKAHEAD = 64     # decode steps priced per cost-model call
+DECODE_LOOKAHEAD = 64     # most decode steps priced per cost-model call
+DECODE_FIRST = 4          # ... and fewest (a batch that changes each step needs one)
 
 
 class GpuEngine(EngineBase):
@@ -52,7 +54,8 @@ class GpuEngine(EngineBase):
         # how much was worked out in closed form (leaps, assists in them, copies)
         self.leap_counts = dict(leaps=0, rounds=0, assists=0, assists_after=0,
                                 copy_assists=0, copy_interrupts=0)
-        self._dcache: dict = {}
+        self._dc = None
+        self._round_hint = 0.0    # a recent leapt round's length (how many to price at once)
         self._lm_s: dict = {}
 
     def enqueue(self, rid: int) -> None:
@@ -238,6 +241,11 @@ class GpuEngine(EngineBase):
                             shape.num_sample_rows)
 
     def _stages(self, total: float, seqs: int, rows: int) -> MainRun:
+        pre, layer, post = self._split(total, seqs, rows)
+        return MainRun(self.ctx.env.now, pre, layer, post, self.N)
+
+    def _split(self, total: float, seqs: int, rows: int) -> tuple[float, float, float]:
+        """(pre-layer, one layer, post-layer) seconds of a batch of `total` seconds."""
         cm = self.cost
         pre = (cm.iter_us + cm.per_seq_us * seqs) * 1e-6
         post = self._lm_s.get(rows)
@@ -246,19 +254,35 @@ class GpuEngine(EngineBase):
         layer = max(total - pre - post, 0.0) / self.N
         if self.worker.staged:
             layer += self.poll_s
-        return MainRun(self.ctx.env.now, pre, layer, post, self.N)
+        return pre, layer, post
 
     def _decode_s(self, B: int, S: int, cmax: int) -> float:
         """`GpuCostModel.decode_only_s(B, S, cmax)`: the same decodes one step later have
-        S + B and cmax + 1, so the next steps are priced with it at once (identical floats)."""
-        v = self._dcache.get((B, S, cmax))
-        if v is None:
-            i = np.arange(DECODE_LOOKAHEAD, dtype=np.int64)
-            d = self.cost.decode_only_s(B, S + B * i, cmax + i).tolist()
-            self._dcache = {(B, S + B * j, cmax + j): x for j, x in enumerate(d)}
-            v = d[0]
-        return v
+        S + B and cmax + 1, so the next steps are priced with it at once (identical floats:
+        `decode_steps_list` is the array call's arithmetic, tests check). A few steps at
+        first, twice as many each time a run of steps used all of the last batch."""
+        c = self._dc                   # (B, S, cmax of its first step, the steps' seconds)
+        n = DECODE_FIRST
+        if c is not None and c[0] == B:
+            j = cmax - c[2]
+            d = c[3]
+            if 0 <= j <= len(d) and S == c[1] + B * j:
+                if j < len(d):
+                    return d[j]
+                n = min(2 * len(d), DECODE_LOOKAHEAD)   # the next steps of a run
+        d = self._decode_steps(B, S, cmax, n)
+        self._dc = (B, S, cmax, d)
+        return d[0]
 
+    def _decode_steps(self, B: int, S: int, cmax: int, n: int) -> list[float]:
+        """`decode_only_s(B, S + B·j, cmax + j)` for j < n, as a list (the same floats)."""
+        cost = self.cost
+        if getattr(type(cost), "decode_steps_list", None) is None:
+            i = np.arange(n, dtype=np.int64)   # wrappers (a real executor's replay)
+            return np.atleast_1d(cost.decode_only_s(B, S + B * i, cmax + i)).tolist()
+        if n <= LIST_STEPS:
+            return cost.decode_steps_list(B, S, cmax, n)
+        return cost.decode_steps_s(B, S, cmax, n).tolist()
 
     def release(self, done) -> None:
         """Requests that just finished give back their GPU KV and leave the running queue."""

@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from simserve.policies.dualpace.assist import FUSED
+from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.sim.leap import largest_k
 
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
@@ -50,20 +51,28 @@ class Round:
 
 
 class Leap:
-    """Decode-only rounds worked out at once; `end` is when the last one ends."""
+    """Decode-only rounds worked out at once; `end` is when the last one ends. Rounds without
+    an assist (`plain`) are kept as three lists (starts, their runs' ends, their ends)."""
 
     def __init__(self, eng, ids: np.ndarray):
         self.eng, self.ids = eng, ids
         self.rounds: list[Round] = []
+        self.plain = None
 
     @property
     def end(self) -> float:
-        return self.rounds[-1].end
+        return self.plain[2][-1] if self.plain is not None else self.rounds[-1].end
+
+    @property
+    def num_rounds(self) -> int:
+        return len(self.plain[2]) if self.plain is not None else len(self.rounds)
 
     def commit(self) -> None:
         """At the start: where the CPU batch stands after the leap (it sleeps on to there).
         When the last round is followed by an assist service, the batch asks for that assist
         itself, on the event path: the worker serves it once the leap hands the GPU back."""
+        if self.plain is not None:
+            return                              # no assist in it: the batch is not moved
         last = self.rounds[-1]
         if last.j is not None:
             ex = self.eng.cpu.ex
@@ -73,6 +82,21 @@ class Leap:
         """Worker, channels and logs, in the order the rounds would have counted them."""
         eng = self.eng
         w, st, ex = eng.worker, eng.st, eng.cpu.ex
+        if self.plain is not None:
+            starts, run_ends, ends = self.plain
+            busy = w.main_busy_s
+            for a, b in zip(starts, run_ends):
+                busy += (b - a) - 0.0           # run.end - run.start - run.shift
+            w.main_busy_s = busy
+            for a, b, e in zip(starts, run_ends, ends):
+                if w.run_log is not None:
+                    w.run_log.append((a, b))
+                if st.log is not None:
+                    st.log.append((a, e, "gpu", self.ids.copy()))
+            lc = eng.leap_counts
+            lc["leaps"] += 1
+            lc["rounds"] += len(ends)
+            return
         h2d, _, d2h, _ = ex.layer or (0, 0, 0, 0)
         last = self.rounds[-1]
         for r in self.rounds:
@@ -98,20 +122,23 @@ class Leap:
         self._account()
         eng = self.eng
         t, ids, bs = eng.ctx.table, self.ids, eng.pool.block_size
-        k = len(self.rounds)
+        k = self.num_rounds
         c, held = t.computed[ids], t.blocks[ids]
         grown = np.maximum(held, -(-(c + k) // bs))
         eng.pool.allocate(int(grown.sum() - held.sum()))
         t.blocks[ids] = grown
         t.computed[ids] = c + k
         if k > 1:
-            t.emit_many(ids, np.array([r.end for r in self.rounds[:-1]]))
+            t.emit_many(ids, np.array(self.plain[2][:-1] if self.plain is not None
+                                      else [r.end for r in self.rounds[:-1]]))
         eng.release(t.emit(ids, self.end))
         eng.counts["rounds"] += k - 1
         rec = eng.ctx.recorder
         if rec.trace is not None:
             rec.trace.iteration(
-                f"GPU engine {eng.index}", self.rounds[0].run.start, self.end, f"decode x{k}",
+                f"GPU engine {eng.index}",
+                self.plain[0][0] if self.plain is not None else self.rounds[0].run.start,
+                self.end, f"decode x{k}",
                 steps=k, prefill_tokens=0, decodes=len(ids), kv_blocks_used=eng.pool.num_used,
                 host_kv_blocks_used=eng.st.host_pool.num_used)
         rec.num_iterations += k
@@ -160,6 +187,8 @@ def plan_leap(eng, plan) -> Leap | None:
     host_s = w.host_s
     lp = Leap(eng, ids)
     s, p = free_at, now    # the next round's start, and when it was planned
+    if not soft:
+        return _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
     for i in range(kmax):
         if i and not p < arrival:
             break
@@ -191,6 +220,59 @@ def plan_leap(eng, plan) -> Leap | None:
         p = E
         s = E if after is None else after[2]
     return lp if lp.rounds else None
+
+
+def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: float,
+           arrival: float, a: float):
+    """`plan_leap`'s loop for rounds that serve no assist (`soft` false): the same float
+    operations without an object per round. Each round's split (`GpuEngine._split`: IEEE
+    subtractions, a max, a division, the same in numpy as in Python floats) is done for a
+    batch of rounds at once, their decode times priced together (`_decode_steps`, the same
+    floats); only the chain of start and end times (`MainRun.fresh_ends`) is a loop. How
+    many rounds to price is guessed from the last leap's round length (any guess gives
+    the same rounds)."""
+    N = eng.N
+    pre, _, post = eng._split(0.0, B, B)         # they depend on B alone
+    poll = eng.poll_s if eng.worker.staged else None
+    starts, run_ends, ends = [], [], []
+    i = 0
+    stop = arrival if arrival < a else a
+    hint = eng._round_hint
+    n = int((stop - s) / hint) + 2 if hint > 0.0 and stop < math.inf else 8
+    n = max(n, 4)
+    while i < kmax:
+        n = min(n, kmax - i)
+        layer = np.array(eng._decode_steps(B, S0 + B * i, cmax0 + i, n))
+        layer -= pre
+        layer -= post
+        np.maximum(layer, 0.0, out=layer)
+        layer /= N
+        if poll is not None:
+            layer += poll
+        layer *= N
+        layer += pre
+        layer += post                             # pre + N · layer + post
+        for x in layer.tolist():
+            if i and not p < arrival:
+                break
+            end = s + x + 0.0                     # MainRun.fresh_ends
+            E = s + max(0.0, end - s)
+            if not a > E:                         # the CPU engine acts during this round
+                break
+            starts.append(s)
+            run_ends.append(end)
+            ends.append(E)
+            p = s = E
+            i += 1
+        else:
+            n *= 2
+            continue
+        break
+    if not ends:
+        return None
+    eng._round_hint = (ends[-1] - starts[0]) / len(ends)
+    lp.plain = (starts, run_ends, ends)
+    return lp
 
 
 def sv_time(ch, nbytes: float) -> float:

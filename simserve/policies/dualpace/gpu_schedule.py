@@ -69,13 +69,14 @@ def plan_round(eng) -> Plan:
     nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - t.blocks[ids], 0)
     free = gp.num_free
     need = int(nb.sum())
-    host_growth = st.host_growth(st.cpu_running)
+    host_growth = None      # Eq. 3 over the CPU batch: read by steps 2 and 5 only, when they run
     planned = 0
     keep = list(run)
     # with chunked prefill, a prompt placed on the GPU and prefilled in part is GPU-owned: its
     # finish peak stays in Q_G (at the eviction tail, the youngest) until it joins the decodes
     part_peaks = [int(st.peak[r]) for r in gpu_partial(eng)]
     if need > free:                                                   # step 2
+        host_growth = st.host_growth(st.cpu_running)
         short, freed = need - free, 0
         alive = np.ones(len(run), dtype=bool)
         peaks = st.peak[ids]
@@ -105,9 +106,11 @@ def plan_round(eng) -> Plan:
             n = int(np.searchsorted(np.cumsum(nb), free, "right"))
             keep = run[:n]
             need = int(nb[:n].sum())
-    keep = keep[:min(eng.max_seqs, eng.hard_limit)]
-    kid = np.asarray(keep, dtype=np.int64)
-    need = int(np.maximum(-(-(t.computed[kid] + 1) // bs) - t.blocks[kid], 0).sum())
+    if len(keep) != len(run) or len(keep) > min(eng.max_seqs, eng.hard_limit):
+        keep = keep[:min(eng.max_seqs, eng.hard_limit)]
+        kid = np.asarray(keep, dtype=np.int64)
+        need = int(np.maximum(-(-(t.computed[kid] + 1) // bs) - t.blocks[kid], 0).sum())
+    # (else every decode is kept and `need` is theirs already)
     # step 3. Q_G in eviction order, tail evicted first. Requests admitted with a finish-peak
     # guarantee (swap-ins, deferred marks) sit at its head: they stay GPU-resident to the end.
     q_peaks = st.peak[np.asarray(run, dtype=np.int64)].tolist()
@@ -116,7 +119,7 @@ def plan_round(eng) -> Plan:
         q_peaks = [int(st.peak[r]) for r in run if r not in gone]
     q_peaks += part_peaks
     q_peaks[:0] = [int(st.peak[r]) for r in eng.marks]
-    st.migration_reserve = migration_blocks(q_peaks, gcap)
+    # (B_migration is published at the end: nothing runs in between to read it)
     plan.decodes = keep                                               # step 4
     rows, tokens = len(keep), len(keep)
     gfree = free - need
@@ -168,6 +171,8 @@ def plan_round(eng) -> Plan:
             break
         cand.append(r)
     if cand:
+        if host_growth is None:
+            host_growth = st.host_growth(st.cpu_running)
         c = np.asarray(cand, dtype=np.int64)
         pr = t.prompt[c]
         res = admit_prefills(

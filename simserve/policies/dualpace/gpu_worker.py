@@ -97,6 +97,13 @@ class MainRun:
     def end(self) -> float:
         return self.start + self.offset(self.N + 2) + self.shift
 
+    @staticmethod
+    def fresh_ends(start: float, pre: float, layer: float, post: float, N: int):
+        """(`end`, `expected_end()`) of a run started and armed at `start` with no shift yet:
+        the same float operations, without the object."""
+        end = start + (pre + N * layer + post) + 0.0
+        return end, start + max(0.0, end - start)
+
 
 class GpuWorker:
     def __init__(self, env: simpy.Environment, h2d, d2h, host_s: float, staged: bool,

@@ -2,7 +2,8 @@
 
 `config` holds the parameters, `predictor` NEO's per-layer performance model on our cost
 models and the pipeline's iteration time, `mode` the sub-batch construction and mode decision,
-`scheduler` one scheduling round (swaps, prefills), `engine` the SimPy process.
+`scheduler` one scheduling round (swaps, prefills), `pcie` a round's PCIe transfers in closed
+form, `engine` the SimPy process.
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ batch (timed by `GpuCostModel.step_s`, as the GPU-only engines are) or the asymm
 real KV bytes: swap-outs (D2H) and swap-ins (H2D) start with the round and the first attention
 waits for them; a Prefill-to-CPU prompt's KV is copied D2H layer by layer as each layer ends,
 and the round ends when its copies are done (the intermediate GPU blocks are then free).
+With `leap` on, those transfers are worked out in closed form (`pcie.round_times`: the same
+times, one event per round) and booked on the channels when the round ends.
 
 Between interesting events a GPU-only decode round with no CPU work and nothing waiting is
 leapt k steps at once, as the chunked engines do (`_leap`), with identical results.
@@ -20,7 +22,8 @@ from simserve.cost import BatchShape, GpuCostModel
 from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
-from simserve.sim.leap import decode_ends, largest_k, steps_before
+from simserve.sim.leap import largest_k, leap_ends
+from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 from simserve.sim.clock import at
@@ -54,6 +57,10 @@ class NeoEngine(EngineBase):
         self.cpu_tokens = 0
         self.num_p2g = self.num_p2c = self.num_cpu_batches = 0
         self.stats: dict = {}      # `counters()`, refreshed whenever requests finish
+        self._d2h, self._h2d = self._channels("d2h"), self._channels("h2d")
+        self._arrivals = ctx.source.arrival.tolist()   # scheduled, sorted
+        self._step_hint = 0.0      # a recent leapt step's duration (`leap_ends`' guess)
+        self._cpu_view = None      # (ids, lengths) of the CPU queue read by `_leap_ok`
 
     def enqueue(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -91,6 +98,7 @@ class NeoEngine(EngineBase):
     def run(self):
         env, t = self.ctx.env, self.ctx.table
         while True:
+            self._cpu_view = None
             if not self.waiting and not self.gpu_q and not self.cpu_q:
                 yield from self._idle()
                 continue
@@ -132,21 +140,22 @@ class NeoEngine(EngineBase):
             rec = self.ctx.recorder
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
-            swaps = env.process(self._swaps(r.swap_out_tokens, r.swap_in_tokens)) if (
-                r.swap_out_tokens or r.swap_in_tokens) else None
-            cp_tokens = int(t.num_tokens[r.pref_cpu].sum())
-            copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
-                if cp_tokens else None
-            end = start + dur
-            yield at(env, max(end, env.now))
-            if swaps is not None:
-                done = yield swaps
-                end = max(end, done + dur - head)   # the first attention waited for the swap
-            if copies is not None:
-                yield copies
-                end = max(end, env.now)
-            if end > env.now:
-                yield at(env, end)
+            cp_tokens = int(t.num_tokens[r.pref_cpu].sum()) if len(r.pref_cpu) else 0
+            end = None
+            if self.cfg.leap and rec.trace is None:  # the same times, one event (pcie.py)
+                end, wake, books = round_times(
+                    env.now, start, dur, head, layer, self.pred.L,
+                    r.swap_out_tokens * self.kv_token_bytes,
+                    r.swap_in_tokens * self.kv_token_bytes, cp_tokens * self.kv_layer_bytes,
+                    self._d2h, self._h2d)
+                if arrives_at(self._arrivals, self.ctx.source.next_index, wake):
+                    end = None
+            if end is None:
+                end = yield from self._round_events(r, start, dur, head, layer, cp_tokens)
+            else:
+                yield at(env, wake)
+                for ch, nbytes, d, e in books:
+                    ch.book(nbytes, d, e)
             self.clock = end
             if rec.trace is not None:
                 rec.trace.iteration(
@@ -158,6 +167,27 @@ class NeoEngine(EngineBase):
                     host_kv_blocks_used=self.host_pool.num_used)
             self._apply(r, pref)
 
+    def _round_events(self, r, start: float, dur: float, head: float, layer: float,
+                      cp_tokens: int):
+        """The round's PCIe transfers as SimPy processes on the contended channels; returns
+        the round's end (the engine wakes at max(end, when the transfers are done))."""
+        env = self.ctx.env
+        swaps = env.process(self._swaps(r.swap_out_tokens, r.swap_in_tokens)) if (
+            r.swap_out_tokens or r.swap_in_tokens) else None
+        copies = env.process(self._layer_copies(cp_tokens, start + head, layer)) \
+            if cp_tokens else None
+        end = start + dur
+        yield at(env, max(end, env.now))
+        if swaps is not None:
+            done = yield swaps
+            end = max(end, done + dur - head)   # the first attention waited for the swap
+        if copies is not None:
+            yield copies
+            end = max(end, env.now)
+        if end > env.now:
+            yield at(env, end)
+        return end
+
     def _idle(self):
         env = self.ctx.env
         self._wake = env.event()
@@ -167,10 +197,15 @@ class NeoEngine(EngineBase):
 
     def _apply(self, r, pref: np.ndarray) -> None:
         t = self.ctx.table
-        self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
-        t.computed[pref] = t.num_tokens[pref]
+        if len(r.pref_cpu):
+            self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
+        if len(pref):
+            t.computed[pref] = t.num_tokens[pref]
+            gen = np.concatenate((pref, r.gdec))
+        else:
+            gen = r.gdec
         t.computed[r.gdec] += 1
-        done = t.emit(np.concatenate((pref, r.gdec)), self.clock)
+        done = t.emit(gen, self.clock)
         self.num_p2g += len(r.pref_gpu)
         self.num_p2c += len(r.pref_cpu)
         if len(r.cdec):
@@ -178,13 +213,16 @@ class NeoEngine(EngineBase):
             t.computed[r.cdec] += 1
             done = np.concatenate((done, t.emit(r.cdec, self.clock, on_cpu=True)))
             self.cpu_tokens += len(r.cdec)
-        self.gpu_q.extend(r.pref_gpu.tolist())
-        self.cpu_q.extend(r.pref_cpu.tolist())
+        if len(r.pref_gpu):
+            self.gpu_q.extend(r.pref_gpu.tolist())
+        if len(r.pref_cpu):
+            self.cpu_q.extend(r.pref_cpu.tolist())
         if len(done):
-            self._finish(done)
+            self._finish(done, cpu_side=bool(len(r.cdec) or len(r.pref_cpu)))
         self._sample()
 
-    def _finish(self, done: np.ndarray) -> None:
+    def _finish(self, done: np.ndarray, cpu_side: bool = True) -> None:
+        """`cpu_side`: some of `done` may be in the CPU queue (else all were GPU decodes)."""
         t = self.ctx.table
         self.gpu_pool.free(int(t.blocks[done].sum()))
         self.host_pool.free(int(self.host_blocks[done].sum()))
@@ -192,7 +230,7 @@ class NeoEngine(EngineBase):
         self.host_blocks[done] = 0
         gone = set(done.tolist())
         self.gpu_q = [x for x in self.gpu_q if x not in gone]
-        if any(x in gone for x in self.cpu_q):
+        if cpu_side and any(x in gone for x in self.cpu_q):
             self.cpu_q = deque(x for x in self.cpu_q if x not in gone)
         self.stats.update(self.counters())
 
@@ -213,8 +251,7 @@ class NeoEngine(EngineBase):
         if not self.cpu_q:
             return True
         t, bs = self.ctx.table, self.block_size
-        ids = np.asarray(self.gpu_q, dtype=np.int64)
-        need = int((-(-t.num_tokens[ids] // bs)).sum())
+        need = sum([-(-x // bs) for x in t.num_tokens[self.gpu_q].tolist()])
         if need > self.gpu_pool.num_blocks:
             return False                       # a swap-out is due
         head = self.cpu_q[0]
@@ -226,44 +263,58 @@ class NeoEngine(EngineBase):
             return True
         cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
         clen = t.num_tokens[cq]
-        grow = -(-clen // bs) > self.host_blocks[cq]
-        ok = ~grow | (self.host_pool.num_free > 0)
-        alone = self.pred.cdec_each(clen) + self.pred.lnch_us
-        return not np.any(ok & (alone <= self.pred.lin(B)))   # no CPU decode fits b1
+        self._cpu_view = (cq, clen)            # `next_round` reuses them if nothing moves
+        fits = self.pred.alone_us(clen) <= self.pred.lin(B)
+        if self.host_pool.num_free <= 0:       # then only those needing no new host block
+            fits &= -(-clen // bs) <= self.host_blocks[cq]
+        return not fits.any()                  # no CPU decode fits b1
+
+    def take_cpu_view(self):
+        """(ids, lengths) of the CPU queue as `_leap_ok` read them in this iteration of the
+        loop (None if it did not), once."""
+        v, self._cpu_view = self._cpu_view, None
+        return v
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
         ids = np.asarray(self.gpu_q, dtype=np.int64)
-        c, held = t.computed[ids], t.blocks[ids]
-        kmax = int(min((t.output[ids] - t.generated[ids]).min(), LEAP_CAP))
+        # plain ints: the batch is small, numpy calls cost more than the arithmetic
+        c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
+        g = t.generated[ids].tolist()
+        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
 
         def need(k: int) -> int:     # GPU blocks the decodes hold after k more steps
-            return int(np.maximum(held, -(-(c + k) // bs)).sum())
+            return sum(max(h, -(-(x + k) // bs)) for h, x in zip(held, c))
 
         G = self.gpu_pool.num_blocks
         kmax = largest_k(kmax, lambda k: need(k) <= G)
         if kmax < 2:
             return 0
-        ends = decode_ends(self.cost, self.clock, c, kmax)
-        k = steps_before(ends, kmax, self.ctx.source.next_arrival_s)
+        B = len(c)
+        # the steps that start before the next arrival, priced as `decode_ends` prices them
+        # and cut as `steps_before` cuts them (`leap_ends`: the same floats)
+        ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax,
+                         self.ctx.source.next_arrival_s, self._step_hint)
+        k = len(ends)
+        self._step_hint = (ends[-1] - self.clock) / k
         if k < 2:
             return 0
-        self.gpu_pool.allocate(need(k) - int(held.sum()))
-        t.blocks[ids] = np.maximum(held, -(-(c + k) // bs))
-        t.computed[ids] += k
-        t.emit_many(ids, ends[:k - 1])
+        grown = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]    # need(k), each
+        self.gpu_pool.allocate(sum(grown) - sum(held))
+        t.blocks[ids] = grown
+        t.computed[ids] = [x + k for x in c]
         tr = self.ctx.recorder.trace
         if tr is not None:
-            tr.iteration("engine 0", self.clock, float(ends[k - 1]), f"decode x{k}", steps=k,
+            tr.iteration("engine 0", self.clock, ends[-1], f"decode x{k}", steps=k,
                          prefill_tokens=0, decodes=len(ids), gpu_decodes=len(ids),
                          cpu_decodes=0, kv_blocks_used=self.gpu_pool.num_used,
                          host_kv_blocks_used=self.host_pool.num_used)
-        self.clock = float(ends[k - 1])
+        self.clock = ends[-1]
         self.ctx.recorder.num_iterations += k
         self.num_gpu_only += k
-        done = t.emit(ids, self.clock)
+        done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
-            self._finish(done)
+            self._finish(done, cpu_side=False)
         self._sample()
         return k
 

@@ -7,6 +7,7 @@ the GPU-only candidate g, then keep the pipeline only if its predicted request r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
            cpu_ids: np.ndarray, cpu_len: np.ndarray, cpu_grow: np.ndarray, rows: int, toks: int,
            host_free: int, threshold: int, gdec_max: int = 0) -> Decision:
     """`cpu_*`: the CPU decoding queue in order (ids, seq_len, 1 if its next token needs a new
-    host block); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth;
+    host block; None when `host_free` covers every candidate); `rows`/`toks`: budget left; `host_free`: host blocks free for that growth;
     `gdec_max`: the longest GPU decode (priced in the pipeline's simulated time)."""
     lens = [int(x) for x in pref_gpu_len] + [int(x) for x in pref_cpu_len]
     is_gpu = [True] * len(pref_gpu_len) + [False] * len(pref_cpu_len)
@@ -68,49 +69,69 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     # CPU decodes, FIFO, to the sub-batch with the larger slack; a rejected length bars longer
     lin0 = pred.lin(b0.tokens)
     start = 0
-    eligible = (cpu_grow == 0) | (host_free > 0)
+    # `cpu_grow` None: the host has a block for every candidate's growth (none is barred)
+    eligible = None if cpu_grow is None else (cpu_grow == 0) | (host_free > 0)
     if rows >= 1 and toks >= 1:
         # fast path: while nothing has been accepted, a candidate goes alone into b1 and fits
         # iff T_cdec(1, len) + T_lnch <= T_lin(b0) (slack[0] is then positive)
-        alone = pred.cdec_each(cpu_len) + pred.lnch_us
-        fits = eligible & (alone <= lin0)
+        fits = pred.alone_us(cpu_len) <= lin0
+        if eligible is not None:
+            fits &= eligible
         hit = np.flatnonzero(fits)
         if len(hit) == 0:
             return gpu_only()
         start = int(hit[0])
-    tried = cpu_len[:start][eligible[:start]]
+    tried = cpu_len[:start] if eligible is None else cpu_len[:start][eligible[:start]]
     min_bad = int(tried.min()) if len(tried) else np.iinfo(np.int64).max
     g_attn0 = b0.pref_us + pred.gdec(b0.n_gdec, b0.gdec_ctx)
-    subs = (b0, b1)
-    cpu_t = [0.0, 0.0]
     chosen: tuple[list, list] = ([], [])
+    # b0's and b1's CPU decodes (count, Σ seq_len), tokens, T_lin of those tokens and CPU
+    # time, as plain locals: a candidate is priced with one T_cdec call (the other terms of
+    # both slacks change only when a candidate is accepted)
+    lin, cdec, lnch = pred.lin, pred.cdec_positive(), pred.lnch_us
+    lin_memo = getattr(pred, "lin_memo", {})   # T_lin by tokens (a pure function of them)
+    n0, x0, t0, cpu0 = b0.n_cdec, b0.cdec_ctx, b0.tokens, 0.0
+    n1, x1, t1, cpu1 = b1.n_cdec, b1.cdec_ctx, b1.tokens, 0.0
+    lin0, lin1 = lin(t0), lin(t1)
+    grown = None     # T_lin of the target's tokens with one more row
     nxt = 1
-    c_len, c_grow, c_ids = (cpu_len[start:].tolist(), cpu_grow[start:].tolist(),
-                            cpu_ids[start:].tolist())
-    for ln, gr, rid in zip(c_len, c_grow, c_ids):
-        if rows < 1 or toks < 1:
-            break
+    c_len, c_ids = cpu_len[start:].tolist(), cpu_ids[start:].tolist()
+    c_grow = repeat(0) if cpu_grow is None else cpu_grow[start:].tolist()
+    for ln, gr, rid in zip(c_len, c_grow, c_ids) if rows >= 1 and toks >= 1 else ():
         if ln >= min_bad or (gr and host_free <= 0):
             continue
-        b = subs[nxt]
-        b.n_cdec += 1
-        b.cdec_ctx += ln
-        new_t = pred.cdec(b.n_cdec, b.cdec_ctx) + pred.lnch_us
-        c0 = new_t if nxt == 0 else cpu_t[0]
-        c1 = new_t if nxt == 1 else cpu_t[1]
-        s0 = pred.lin(b1.tokens) + g_attn0 - c0
-        s1 = pred.lin(b0.tokens) - c1
-        if min(s0, s1) < 0:
-            b.n_cdec -= 1
-            b.cdec_ctx -= ln
+        if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
+            if grown is None:
+                grown = lin_memo.get(t1 + 1)
+                if grown is None:
+                    grown = lin_memo[t1 + 1] = lin(t1 + 1)
+            new_t = cdec(n1 + 1, x1 + ln) + lnch
+            s0 = grown + g_attn0 - cpu0
+            s1 = lin0 - new_t
+        else:                # to b0
+            if grown is None:
+                grown = lin_memo.get(t0 + 1)
+                if grown is None:
+                    grown = lin_memo[t0 + 1] = lin(t0 + 1)
+            new_t = cdec(n0 + 1, x0 + ln) + lnch
+            s0 = lin1 + g_attn0 - new_t
+            s1 = grown - cpu1
+        if s0 < 0 or s1 < 0:          # min(s0, s1) < 0
             min_bad = ln
             continue
-        cpu_t[nxt] = new_t
+        if nxt:
+            n1, x1, t1, lin1, cpu1 = n1 + 1, x1 + ln, t1 + 1, grown, new_t
+        else:
+            n0, x0, t0, lin0, cpu0 = n0 + 1, x0 + ln, t0 + 1, grown, new_t
+        grown = None
         chosen[nxt].append(rid)
         rows -= 1
         toks -= 1
         host_free -= gr
         nxt = 1 if s1 > s0 else 0
+        if rows < 1 or toks < 1:      # the budget only shrinks when a candidate is accepted
+            break
+    b0.n_cdec, b0.cdec_ctx, b1.n_cdec, b1.cdec_ctx = n0, x0, n1, x1
     if b1.n_cdec == 0:
         # nothing accepted (the first accepted decode always goes to b1)
         return gpu_only()

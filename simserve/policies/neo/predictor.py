@@ -68,6 +68,10 @@ class Predictor:
         self.L = model.num_layers
         self.lnch_us = lnch_us
         self.h2d, self.d2h = h2d, d2h
+        self._pref_us: dict[int, float] = {}
+        self.lin_memo: dict[int, float] = {}     # `lin` by tokens, filled by `mode.decide`
+        self._lm_us: dict[int, float] = {}
+        self._gdec_us: dict[tuple, float] = {}
         hd = model.head_dim
         # activations of one CPU-decode row per layer and rank: q, k, v down; attention out up
         self.act_d2h_bytes = (model.num_heads + 2 * model.num_kv_heads) // tp * hd * DTYPE_BYTES
@@ -77,8 +81,8 @@ class Predictor:
         da = cpu.ops.decode_attn
         grid = getattr(da, "grid", None) if getattr(da, "kind", "") == "grid" else None
         if grid is not None:
-            scalar, tp_cpu = grid.scalar, cpu.tp
-            self._cdec = lambda n, ctx: scalar(n, ctx / n) / tp_cpu
+            # scalar(n, ctx / n) / cpu.tp, the same floats (`Grid.scalar_fn`)
+            self._cdec = grid.scalar_fn(per_x=True, div=cpu.tp)
         else:
             self._cdec = lambda n, ctx: float(cpu.attention_us(n, ctx))
 
@@ -87,17 +91,50 @@ class Predictor:
         return self.gpu.dense_layer_us(tokens) if tokens else 0.0
 
     def pref(self, prompt_len: int) -> float:
-        return float(self.gpu.prefill_attn(np.array([prompt_len]), _ZERO))
+        memo = self._pref_us
+        v = memo.get(prompt_len)
+        if v is None:   # a pure function of the length: computed once per length
+            v = memo[prompt_len] = float(self.gpu.prefill_attn(np.array([prompt_len]), _ZERO))
+        return v
 
     def gdec(self, n: int, ctx: int) -> float:
-        return float(self.gpu.decode_attn(n, ctx)) if n else 0.0
+        if not n:
+            return 0.0
+        memo = self._gdec_us     # one decision prices the same GPU decodes several times
+        v = memo.get((n, ctx))
+        if v is None:
+            if len(memo) > 4096:
+                memo.clear()
+            v = memo[n, ctx] = float(self.gpu.decode_attn(n, ctx))
+        return v
 
     def cdec(self, n: int, ctx: int) -> float:
         return self._cdec(n, ctx) if n else 0.0
 
+    def cdec_positive(self):
+        """`cdec` for n >= 1 as one plain callable (the decision loop calls it per candidate);
+        `cdec` itself where a subclass overrides it."""
+        if type(self).cdec is Predictor.cdec and hasattr(self, "_cdec"):
+            return self._cdec
+        return self.cdec
+
     def cdec_each(self, seq_len: np.ndarray) -> np.ndarray:
         """T_cdec of each request alone (vectorised over the CPU queue)."""
         return np.asarray(self.cpu.attention_us(1, seq_len.astype(np.float64)), dtype=np.float64)
+
+    def alone_us(self, seq_len: np.ndarray) -> np.ndarray:
+        """`cdec_each(seq_len) + lnch_us` (a CPU decode alone in b1: its CPU time), read from a
+        table over lengths. The table holds the same floats: every numpy operation of
+        `cdec_each` is elementwise, so an element's value does not depend on the array it is
+        computed in (tests check). Built on first use and grown to cover longer requests."""
+        tab = getattr(self, "_alone", None)
+        try:
+            return tab[seq_len]
+        except (IndexError, TypeError):  # first use, or a length beyond the table
+            n = max(int(seq_len.max()) + 1 if len(seq_len) else 1,
+                    2 * len(tab) if tab is not None else 4096)
+            self._alone = self.cdec_each(np.arange(n, dtype=np.int64)) + self.lnch_us
+            return self._alone[seq_len]
 
     def gpu_time(self, b: SubBatch) -> float:
         return self.lin(b.tokens) + b.pref_us + self.gdec(b.n_gdec, b.gdec_ctx)
@@ -139,7 +176,11 @@ class Predictor:
         return self.gpu.iter_us + self.gpu.per_seq_us * num_seqs
 
     def lm_us(self, rows: int) -> float:
-        return float(self.gpu.ops.lm_head(rows)) if rows else 0.0
+        memo = self._lm_us
+        v = memo.get(rows)
+        if v is None:   # a pure function of the rows: computed once per count
+            v = memo[rows] = float(self.gpu.ops.lm_head(rows)) if rows else 0.0
+        return v
 
     def pipeline_s(self, b0: SubBatch, b1: SubBatch) -> tuple[float, float, float]:
         """(iteration s, head s, layer s) of the asymmetric pipeline; every request samples.

@@ -44,9 +44,11 @@ def next_round(e) -> Round:
     G = e.gpu_pool.num_blocks
     rows, toks = cfg.max_batch_size, cfg.max_tokens_in_batch
     # 1-2: GPU decodes, then swap-out of the newest under budget or KV pressure
-    ids = np.asarray(e.gpu_q, dtype=np.int64)
-    need = _blocks(t.num_tokens[ids], bs)
-    gpu_need = int(need.sum())
+    # (plain ints: the GPU decodes are few, numpy calls would cost more than the arithmetic)
+    ids = e.gpu_q
+    lens = t.num_tokens[ids].tolist()
+    need = [-(-x // bs) for x in lens]
+    gpu_need = sum(need)
     rows -= len(ids)
     toks -= len(ids)
     keep = len(ids)
@@ -54,17 +56,18 @@ def next_round(e) -> Round:
     host_free = e.host_pool.num_free
     while keep and (rows < 0 or toks < 0 or gpu_need > G):
         keep -= 1
-        v, held = int(ids[keep]), int(t.blocks[ids[keep]])
+        v = ids[keep]
+        held = int(t.blocks[v])
         rows += 1
         toks += 1
         if held <= host_free:
             out.append(v)
             host_free -= held
-            gpu_need -= int(need[keep])
+            gpu_need -= need[keep]
         else:
             recompute.append(v)
-            gpu_need -= int(need[keep])
-    r = Round(Decision("none"))
+            gpu_need -= need[keep]
+    r = Round(None)                    # its decision is set below
     for v in out:                      # the newest ends up at the front
         held = int(t.blocks[v])
         e.gpu_pool.free(held)
@@ -83,6 +86,7 @@ def next_round(e) -> Round:
         moved = set(out) | set(recompute)
         e.gpu_q = run = [x for x in e.gpu_q if x not in moved]
         run = list(run)
+        lens = lens[:keep]          # the kept decodes are a prefix of the queue
         e.num_swap_out += len(out)
         e.num_recompute += len(recompute)
     else:
@@ -102,6 +106,7 @@ def next_round(e) -> Round:
             r.swap_in_tokens += int(t.computed[c])
             e.gpu_q.append(c)
             run.append(c)
+            lens.append(int(t.num_tokens[c]))
             gpu_need += blk
             rows -= 1
             toks -= 1
@@ -134,13 +139,22 @@ def next_round(e) -> Round:
         rows -= 1
         toks -= ln
     # 5: mode decision over the CPU queue (CPU decodes need a host block at block boundaries)
+    view = e.take_cpu_view()           # the CPU queue's ids and lengths, if `_leap_ok` read
+    if not cfg.use_cpu:                # them this iteration and the queue has not moved since
+        cq, clen = _EMPTY, _EMPTY
+    elif view is not None and not (out or recompute) and len(view[0]) == len(e.cpu_q):
+        cq, clen = view
+    else:
+        cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q))
+        clen = t.num_tokens[cq]
+    host_free = e.host_pool.num_blocks - cpu_need
+    # which candidates need a new host block matters only if the host may run out of them
+    grow = None if host_free >= len(cq) else \
+        (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
+    d = decide(e.pred, [int(t.num_tokens[w]) for w in pg], [int(t.num_tokens[w]) for w in pc],
+               len(run), sum(lens), cq, clen, grow, rows, toks,
+               host_free, cfg.linr_s_threshold, max(lens, default=0))
     run = np.asarray(run, dtype=np.int64)
-    cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q)) if cfg.use_cpu else _EMPTY
-    clen = t.num_tokens[cq]
-    grow = (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
-    d = decide(e.pred, t.num_tokens[pg], t.num_tokens[pc], len(run), int(t.num_tokens[run].sum()),
-               cq, clen, grow, rows, toks, e.host_pool.num_blocks - cpu_need,
-               cfg.linr_s_threshold, int(t.num_tokens[run].max()) if len(run) else 0)
     r.decision = d
     # 6: commit the kept prefills and the growth of every decode that runs
     if d.mode == "none":
