@@ -146,13 +146,18 @@ class RequestTable:
 
     def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
         """One token sampled at time t for each id; returns the ids that finished."""
-        if len(ids) <= SMALL and not on_cpu and self._mask is None:  # plain ints: numpy calls
-            #                                                   cost more here
-            il = ids.tolist()
+        if len(ids) <= SMALL and not on_cpu and len(ids):  # plain ints: numpy calls cost
+            il = ids.tolist()                                  # more here
             g = self.generated[ids].tolist()
-            tt = self.token_times
-            for o, x in zip(self.offsets[ids].tolist(), g):
-                tt[o + x] = t
+            pos = [o + x for o, x in zip(self.offsets[ids].tolist(), g)]
+            mask = self._mask
+            if mask is not None:  # the ring: grow it to hold them first
+                self._room_upto(max(pos) + 1)
+                mask = self._mask
+                pos = [o & mask for o in pos]
+            tt, tf = memoryview(self.token_times), float(t)  # cheaper than numpy's setitem
+            for o in pos:
+                tt[o] = tf
             first = [r for r, x in zip(il, g) if x == 0]
             if first:
                 self.first_token[first] = t
@@ -160,13 +165,7 @@ class RequestTable:
             g = [x + 1 for x in g]
             self.generated[ids] = g
             self.num_tokens[ids] += 1
-            done = _finished(il, g, self.output[ids].tolist())
-            if len(done):
-                self.finish[done] = t
-                self.num_finished += len(done)
-                if self.on_finish is not None:
-                    self.on_finish(len(done), t)
-            return done
+            return self._finished_at(_finished(il, g, self.output[ids].tolist()), t)
         g = self.generated[ids]
         pos = self.offsets[ids] + g
         if self._mask is not None:
