@@ -83,3 +83,19 @@ def test_vectorised_step_prices_are_the_scalar_ones(b, per_seq, extra, f, bw_sat
     got = c.decode_steps_s(b, S, f, M).tolist()
     want = [c.decode_step_s(b, int(s), f, int(m)) for s, m in zip(S, M)]
     assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 30000), st.integers(0, 4000),
+       st.sampled_from([16 / 132, 24 / 132, 0.25, 64 / 132, 1.0]), st.sampled_from([None, 0.5]),
+       st.integers(1, 300))
+def test_run_step_prices_are_the_elementwise_ones(b, per_seq, extra, f, bw_sat, n):
+    """`decode_run_s` (consecutive steps priced as one run) gives `decode_steps_s`'s floats."""
+    hw = H100X4
+    cost = GpuCostModel(get_model("qwen3-14b"), hw.gpu, 4, hw.nvlink)
+    c = SmShareCost(cost, bw_sat or 0.5,
+                    curves=hw.gpu.overheads.get("sm_share") if bw_sat is None else None)
+    steps = np.arange(n, dtype=np.int64)
+    s0, m0 = b * per_seq + extra, per_seq + extra + 1
+    want = c.decode_steps_s(b, s0 + b * steps, f, m0 + steps)
+    assert c.decode_run_s(b, s0, m0, n, f).tobytes() == want.tobytes()
