@@ -99,3 +99,17 @@ def test_run_step_prices_are_the_elementwise_ones(b, per_seq, extra, f, bw_sat, 
     s0, m0 = b * per_seq + extra, per_seq + extra + 1
     want = c.decode_steps_s(b, s0 + b * steps, f, m0 + steps)
     assert c.decode_run_s(b, s0, m0, n, f).tobytes() == want.tobytes()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 20000), st.integers(1, 70),
+       st.sampled_from([5.0, 20.0, 100.0]))
+def test_split_steps_are_chosen_as_one_step_at_a_time(b, per_seq, k, tbt_ms):
+    """`_split_steps` (the first steps one at a time, then runs) picks each step's SMs and
+    time as `_choose` does for that step alone."""
+    from tests.helpers import workload
+    w = workload(np.array([0.0]), np.array([100]), np.array([4]))
+    _, (eng,) = _run(w, "qwen3-14b", tbt_ms=tbt_ms)
+    s0, m0 = b * per_seq, per_seq + 3
+    got = list(eng._split_steps(b, s0, m0, k))
+    assert got == [eng._choose(b, s0 + b * j, m0 + j) for j in range(k)]
