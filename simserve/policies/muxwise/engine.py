@@ -65,6 +65,7 @@ class MuxWiseEngine(EngineBase):
         self._batch_start = 0.0    # when it started (a trace's prefill event)
         self.left = 0.0            # fraction of its work still to do
         self._tp_cache: dict[float, float] = {}
+        self._last_choice: tuple = (None, None)  # `_choose`'s last (arguments, answer)
         self.signal = Signal(ctx.env)
         self.clock = 0.0
         self._step_hint = 0.0      # a recent decode-alone step's duration (sizes a leap's pricing)
@@ -97,7 +98,15 @@ class MuxWiseEngine(EngineBase):
         return self._choose(batch, ctx_sum, ctx_max)[0]
 
     def _choose(self, batch: int, ctx_sum: int, ctx_max: int | None) -> tuple[int, float]:
-        """`decode_sms` and the contended step time on them (priced once)."""
+        """`decode_sms` and the contended step time on them (priced once; the last answer is
+        kept: a split step that ends the prefill is priced by `_mixed_plan`, then stepped)."""
+        key = (batch, ctx_sum, ctx_max)
+        if self._last_choice[0] == key:
+            return self._last_choice[1]
+        self._last_choice = (key, self._choose_now(batch, ctx_sum, ctx_max))
+        return self._last_choice[1]
+
+    def _choose_now(self, batch: int, ctx_sum: int, ctx_max: int | None) -> tuple[int, float]:
         d = 0.0
         for sms in self.choices:
             f = sms / self.sms
