@@ -26,10 +26,12 @@ from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
-from simserve.policies.sp_leap import LEAP_CAP, leap_ranks
+from simserve.policies.loongserve.leap import leap_layout
+from simserve.policies.loongserve.steps import StepTimes
+from simserve.policies.sp_leap import LEAP_CAP
 from simserve.policies.sp_ranks import (SpRanksEngine, blocks_for, check_fits,
                                         instance_layout, shard_blocks)
-from simserve.sim.leap import largest_k, steps_before
+from simserve.sim.leap import largest_k
 
 # Exact event leaping over decode-only stretches (byte-identical to stepping; tests set it
 # False to step one by one). Not a config field, so that configs and their hashes stay as they
@@ -45,6 +47,7 @@ class LoongEngine(SpRanksEngine):
                  num_blocks: int):
         super().__init__(ctx, _Shim(cfg), 0, gpus, cost_all, None, num_blocks)
         self.lcfg, self.costs = cfg, costs
+        self.step_times = StepTimes(cost_all)  # decode-only step times, cached per layout
         self.sp_degrees = sorted(k for k in costs if k <= cfg.max_sp)
         self.num_decode_iters = 0
         total = num_blocks * len(self.pools) * cfg.block_size
@@ -56,19 +59,35 @@ class LoongEngine(SpRanksEngine):
     def _iteration(self):
         self._prefill_memo = {}  # (k, batch) -> _prefill_s, for this iteration's decisions
         self._grow_decodes()
-        nd, dctx = self._rank_states()
+        self._state = nd, dctx, dmax = self._decode_state()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
-            batch = self._placeable(self._form_batch(nd))
+            batch = self._placeable(self._form_batch(list(nd)))
             if batch:
                 self.num_decode_iters = 0
-                return self._prefill_step(batch, nd, dctx)
+                return self._prefill_step(batch, list(nd), dctx)
         if not any(nd):
             return None
         self.num_decode_iters += 1
-        # `decode_steps_s` at step 0: `decode_only_s`'s floats, from the cached per-rank lines
-        dt = float(self.cost.decode_steps_s(nd, dctx, self._rank_max(), 0, 1)[0])
+        # `decode_steps_s` at step 0: `decode_only_s`'s floats, from the cached layout's line
+        dt = self.step_times.step_s(nd, dctx, dmax)
         ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
         return dt, lambda: self._apply(ids, [], [])
+
+    def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
+        """Per rank: decodes, their Σ context and the longest (tokens in KV plus the new one;
+        0 without decodes), as `_rank_states` and `_rank_max` give them, from one gather."""
+        t, decodes = self.ctx.table, self.decodes
+        nd = [len(a) for a in decodes]
+        if not any(nd):
+            return nd, [0] * self.R, [0] * self.R
+        c = t.computed[np.fromiter((i for a in decodes for i in a), dtype=np.int64,
+                                   count=sum(nd))].tolist()
+        dctx, dmax, j = [], [], 0
+        for n in nd:
+            dctx.append(sum(c[j:j + n]) + n)
+            dmax.append(max(c[j:j + n]) + 1 if n else 0)
+            j += n
+        return nd, dctx, dmax
 
     def _leap_ok(self) -> bool:
         """Decode-only stretches: no KV in flight, and either no prompt pending or prompts
@@ -81,7 +100,7 @@ class LoongEngine(SpRanksEngine):
         up to the iteration that tries a prefill again; each leapt step is a decode
         iteration, counted towards `max_wait_tokens` as a stepped one is."""
         cap = self.lcfg.max_wait_tokens - self.num_decode_iters if self.pending else LEAP_CAP
-        k = leap_ranks(self, cap)
+        k = leap_layout(self, cap)
         self.num_decode_iters += k
         return k
 
@@ -156,9 +175,8 @@ class LoongEngine(SpRanksEngine):
         """TBT-bounded mode: a prefill iteration may take τ minus one decode step."""
         if self.lcfg.tbt_ms is None:
             return None
-        _, dctx = self._rank_states()
-        dec = float(self.cost.decode_steps_s(nd, dctx, self._rank_max(), 0, 1)[0]) \
-            if any(nd) else 0.0
+        _, dctx, dmax = self._state
+        dec = self.step_times.step_s(nd, dctx, dmax) if any(nd) else 0.0
         return max(0.0, self.lcfg.tbt_ms * 1e-3 - dec)
 
     def _largest_chunk(self, k: int, batch, rid: int, cap_s: float) -> int:
@@ -254,45 +272,51 @@ class LoongEngine(SpRanksEngine):
     def _decode_steps_within(self, nd, dctx, span: float):
         """(end offsets, ids) of back-to-back decode steps, within `span`, on the instances that
         keep decoding; their KV for those steps is reserved here (a step that does not fit is
-        not run). Priced in growing runs (`decode_steps_s`, each step's floats as stepping's;
-        the running sum a cumulative sum, the same additions in the same order)."""
+        not run). Step times from the cached layout's line (`StepTimes`, `decode_steps_s`'s
+        floats, each as stepping prices it), summed one by one as a cumulative sum adds them."""
         t, bs = self.ctx.table, self.cfg.block_size
         keep = [r for r in range(self.R) if nd[r] > 0]
         if not keep:
             return np.zeros(0), None
-        dmax = self._rank_max()
+        dmax = self._state[2]
         sub_nd = [nd[r] for r in keep]
         sub_c, sub_m = [dctx[r] for r in keep], [dmax[r] for r in keep]
-        per = [np.asarray(self.decodes[r], dtype=np.int64) for r in keep]
-        ids = np.concatenate(per)
+        ids = np.fromiter((i for r in keep for i in self.decodes[r]), dtype=np.int64,
+                          count=sum(sub_nd))
+        c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
         left = int((t.output[ids] - t.generated[ids]).min())
+        spans, j = [], 0  # each kept rank's stretch of ids
+        for n in sub_nd:
+            spans.append((j, j + n))
+            j += n
 
-        def extra(a, s):  # blocks beyond those held for s steps (the first is already held)
-            return np.maximum(0, -(-(t.computed[a] + s) // bs) - t.blocks[a])
+        def extra(s: int) -> list[int]:  # per kept rank: blocks beyond those held for s steps
+            return [sum(max(0, -(-(c[i] + s) // bs) - held[i]) for i in range(a, z))
+                    for a, z in spans]
 
         # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
         # steps before it end within the span
-        kfit = largest_k(left, lambda s: s <= 1 or all(
-            int(extra(a, s).sum()) <= self.pools[r].num_free for r, a in zip(keep, per)))
-        count = 0
-        ends = np.zeros(0)
+        free = [self.pools[r].num_free for r in keep]
+        kfit = largest_k(left, lambda s: s <= 1 or all(x <= f for x, f in zip(extra(s), free)))
+        ends = []
         if span > 0.0 and kfit > 0:
-            parts, last, lo, n = [], 0.0, 0, 16
+            e, lo, n = 0.0, 0, 16
             while lo < kfit:
-                d = self.cost.decode_steps_s(sub_nd, sub_c, sub_m, lo, min(n, kfit - lo))
-                e = np.cumsum(np.concatenate(([last], d)))[1:]
-                parts.append(e)
-                last, lo, n = float(e[-1]), lo + len(e), 2 * n
-                if last >= span:
-                    break
-            ends = np.concatenate(parts)
-            count = steps_before(ends, kfit, span)
-            ends = ends[:count]
-        for r, a in zip(keep, per):
-            nb = extra(a, count)
-            self.pools[r].allocate(int(nb.sum()))
-            t.blocks[a] += nb
-        return ends, ids
+                n = min(n, kfit - lo)
+                for d in self.step_times.steps_s(sub_nd, sub_c, sub_m, lo, n).tolist():
+                    e += d
+                    ends.append(e)
+                    if e >= span:  # the next step would start at or after the span's end
+                        break
+                else:
+                    lo, n = lo + n, 2 * n
+                    continue
+                break
+        count = len(ends)
+        for r, x in zip(keep, extra(count)):
+            self.pools[r].allocate(x)
+        t.blocks[ids] = [max(h, -(-(x + count) // bs)) for h, x in zip(held, c)]
+        return np.asarray(ends, dtype=np.float64), ids
 
     def _place(self, rid: int) -> None:
         """Scale-down: the most-used instance that can hold the whole KV plus the output reserve

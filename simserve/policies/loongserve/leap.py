@@ -1,0 +1,73 @@
+"""Exact event leaping over LoongServe's decode-only steps, in plain Python numbers.
+
+`sp_leap.leap_ranks` with LoongServe's few decodes (most of them on one instance: scale-down
+consolidates them) in mind: the decodes' contexts and blocks are read once as Python ints, the
+KV fit is checked per rank with integer sums, the step times come from the engine's per-layout
+cache (`StepTimes`, `decode_steps_s`'s floats) and the end times are summed one by one, as
+`np.cumsum` adds them. The same steps, blocks and token times as `leap_ranks` (tests check).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simserve.policies.sp_leap import LEAP_CAP
+from simserve.sim.leap import largest_k
+
+
+def leap_layout(eng, cap: int = LEAP_CAP) -> int:
+    """Leap the engine's ranks over as many decode-only steps as fit before the next arrival,
+    at most `cap` (at least 2; 0: step instead)."""
+    t, bs, decodes = eng.ctx.table, eng.cfg.block_size, eng.decodes
+    nd = [len(a) for a in decodes]
+    if not any(nd):
+        return 0
+    ids = np.fromiter((i for a in decodes for i in a), dtype=np.int64, count=sum(nd))
+    c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
+    kmax = min(int((t.output[ids] - t.generated[ids]).min()), cap, LEAP_CAP)
+    spans, j = [], 0  # each rank's stretch of the flat lists
+    for n in nd:
+        spans.append((j, j + n))
+        j += n
+    free = [p.num_free for p in eng.pools]
+
+    def new_blocks(k: int) -> list[int]:
+        return [sum(max(0, -(-(c[i] + k) // bs) - held[i]) for i in range(a, z))
+                for a, z in spans]
+
+    kmax = largest_k(kmax, lambda k: all(x <= f for x, f in zip(new_blocks(k), free)))
+    if kmax < 2:
+        return 0
+    c0 = [sum(c[a:z]) + (z - a) for a, z in spans]
+    m0 = [max(c[a:z]) + 1 if z > a else 0 for a, z in spans]
+    arrival = eng.ctx.source.next_arrival_s
+    # end times: the clock plus each step's time, added one by one (as np.cumsum adds),
+    # up to the first step that ends at or after the next arrival
+    ends, e, lo, n = [], eng.clock, 0, 64
+    while lo < kmax:
+        n = min(n, kmax - lo)
+        for d in eng.step_times.steps_s(nd, c0, m0, lo, n).tolist():
+            e += d
+            ends.append(e)
+            if e >= arrival:
+                break
+        else:
+            lo, n = lo + n, 2 * n
+            continue
+        break
+    k = len(ends)
+    if k < 2:
+        return 0
+    for p, x in zip(eng.pools, new_blocks(k)):
+        p.allocate(x)
+    t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
+    t.computed[ids] = [x + k for x in c]
+    t.emit_many(ids, np.asarray(ends[:k - 1]))
+    if eng.ctx.recorder.trace is not None:
+        eng.trace_ranks(eng.clock, ends[k - 1], k)
+    eng.clock = ends[k - 1]
+    done = t.emit(ids, eng.clock)
+    if len(done):
+        eng._finish(done)
+    eng.ctx.recorder.num_iterations += k
+    eng._sample()
+    return k
