@@ -157,3 +157,19 @@ def test_step_times_are_decode_steps_s_floats(nd, lens, asks):
         if busy:  # the busy ranks alone (the others lent to a prefill): the same line
             sub = [nd[r] for r in busy], [c0[r] for r in busy], [m0[r] for r in busy]
             assert times.steps_s(*sub, lo, n).tobytes() == want.tobytes()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([1, 2, 4]),
+       st.lists(st.tuples(st.integers(0, 30000), st.integers(0, 30000)), min_size=1,
+                max_size=6))
+def test_prefill_time_is_iteration_s(k, batch):
+    """LoongServe's prefill pricing gives `iteration_s`'s float for a batch with no decodes."""
+    from simserve.policies.loongserve.prefill_time import prefill_s
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, k, 1)
+    chunks, ctxs = [m for m, _ in batch], [c for _, c in batch]
+    n = sum(chunks)
+    n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
+    want = cost.iteration_s(n_p, [0] * k, [0] * k, np.array(chunks, dtype=np.int64),
+                            np.array(ctxs, dtype=np.int64), len(chunks))
+    assert prefill_s(cost, chunks, ctxs) == want

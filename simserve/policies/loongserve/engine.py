@@ -27,6 +27,7 @@ from simserve.policies import register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
 from simserve.policies.loongserve.leap import leap_layout
+from simserve.policies.loongserve.prefill_time import prefill_s
 from simserve.policies.loongserve.steps import StepTimes
 from simserve.policies.sp_leap import LEAP_CAP
 from simserve.policies.sp_ranks import (SpRanksEngine, blocks_for, check_fits,
@@ -201,12 +202,8 @@ class LoongEngine(SpRanksEngine):
         return v
 
     def _prefill_s_now(self, k: int, batch) -> float:
-        t = self.ctx.table
-        n = sum(m for _, m in batch)
-        n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
-        return self.costs[k].iteration_s(
-            n_p, [0] * k, [0] * k, np.array([m for _, m in batch], dtype=np.int64),
-            np.array([int(t.computed[r]) for r, _ in batch], dtype=np.int64), len(batch))
+        c = self.ctx.table.computed
+        return prefill_s(self.costs[k], [m for _, m in batch], [int(c[r]) for r, _ in batch])
 
     def _lent(self, nd, batch) -> list[int]:
         """Instances that run the prefill: idle ones, then decode instances (fewest decodes
