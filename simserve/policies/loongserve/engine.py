@@ -346,9 +346,7 @@ class LoongEngine(SpRanksEngine):
         k = len(ends)
         if k:  # only the last can finish a request (steps <= the fewest tokens left)
             t.computed[ids] += k
-            if k > 1:
-                t.emit_many(ids, start + ends[:k - 1])
-            done = t.emit(ids, start + float(ends[k - 1]))
+            done = t.emit_steps(ids, start + ends)  # emit_many of k - 1 steps, emit of the last
             if len(done):
                 self._finish(done)
         fin = set(finishing)

@@ -61,11 +61,10 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
         p.allocate(x)
     t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
     t.computed[ids] = [x + k for x in c]
-    t.emit_many(ids, np.asarray(ends[:k - 1]))
     if eng.ctx.recorder.trace is not None:
         eng.trace_ranks(eng.clock, ends[k - 1], k)
     eng.clock = ends[k - 1]
-    done = t.emit(ids, eng.clock)
+    done = t.emit_steps(ids, ends)  # emit_many of the first k - 1 steps, emit of the last
     if len(done):
         eng._finish(done)
     eng.ctx.recorder.num_iterations += k

@@ -71,8 +71,9 @@ class StepTimes:
         b._ensure(busy)
         # the busy ranks' maximum: idle ranks' 0.0 never exceeds a busy rank's linear time
         t_lin = max(b.dense_layer_us(int(x)) for x in n_d if x > 0)
-        t_d = np.max(np.stack([
-            np.asarray(decode_steps_us(b._decode_fn, k, c + k * lo, m + lo, n), dtype=np.float64)
-            for k, c, m in zip(n_d, c0, m0) if k > 0]), axis=0)
+        lines = [np.asarray(decode_steps_us(b._decode_fn, k, c + k * lo, m + lo, n),
+                            dtype=np.float64) for k, c, m in zip(n_d, c0, m0) if k > 0]
+        # the ranks' elementwise maximum (one busy rank, the usual case: its own line)
+        t_d = lines[0] if len(lines) == 1 else np.max(np.stack(lines), axis=0)
         layer = t_lin + t_d
         return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, layer, busy)) * 1e-6
