@@ -59,6 +59,7 @@ class LoongEngine(SpRanksEngine):
     # -- LoongServe's iteration ---------------------------------------------------------------
     def _iteration(self):
         self._prefill_memo = {}  # (k, batch) -> _prefill_s, for this iteration's decisions
+        self._progress_memo = {}  # rank -> `_progress`, for this iteration's decisions
         self._grow_decodes()
         self._state = nd, dctx, dmax = self._decode_state()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
@@ -116,13 +117,27 @@ class LoongEngine(SpRanksEngine):
         out = min(int(t.output[rid] - t.generated[rid]), self.lcfg.max_new_tokens_reserve)
         return blocks_for(int(t.num_tokens[rid]) + out, self.cfg.block_size)
 
+    def _growth_blocks(self, groups: list[list[int]]) -> list[int]:
+        """Per group of requests: Σ max(0, `_worst_case_blocks(r)` − blocks held), in one
+        gather (the same integers)."""
+        t, bs = self.ctx.table, self.cfg.block_size
+        n = sum(map(len, groups))
+        if not n:
+            return [0] * len(groups)
+        a = np.fromiter((r for g in groups for r in g), dtype=np.int64, count=n)
+        out = np.minimum(t.output[a] - t.generated[a], self.lcfg.max_new_tokens_reserve)
+        x = np.maximum(0, -(-(t.num_tokens[a] + out) // bs) - t.blocks[a]).tolist()
+        sums, j = [], 0
+        for g in groups:
+            sums.append(sum(x[j:j + len(g)]))
+            j += len(g)
+        return sums
+
     def _form_batch(self, nd) -> list[tuple[int, int]]:
         """[(rid, tokens)] admitted this prefill iteration, in queue order."""
         t, lc, bs = self.ctx.table, self.lcfg, self.cfg.block_size
         free = sum(p.num_free for p in self.pools)
-        future = sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r]))
-                     for a in self.decodes for r in a)
-        room = free - future
+        room = free - sum(self._growth_blocks(self.decodes))
         shard_room = min(p.num_free for p in self.pools)  # every instance holds 1/N of a prompt
         idle = not any(nd) and not self.moving
         cap_s = self._time_cap(nd)
@@ -226,13 +241,20 @@ class LoongEngine(SpRanksEngine):
             if k > 0:
                 gain = (self._prefill_s(k, batch) - self._prefill_s(nxt, batch)) * inv
                 loss = self._prefill_s(nxt, batch) * sum(
-                    nd[r] * nd[r] / sum(int(t.generated[i]) + 1 for i in self.decodes[r])
-                    for r in add if nd[r] > 0)
+                    nd[r] * nd[r] / self._progress(r) for r in add if nd[r] > 0)
                 if gain <= loss:
                     break
             chosen += add
             busy = busy[len(add):]
         return chosen
+
+    def _progress(self, r: int) -> int:
+        """Σ (generated + 1) over rank r's decodes (memoised within an iteration)."""
+        v = self._progress_memo.get(r)
+        if v is None:
+            a = self.decodes[r]
+            v = self._progress_memo[r] = int(self.ctx.table.generated[a].sum()) + len(a)
+        return v
 
     def _sp_degree(self, nd, batch) -> int:
         return len(self._lent(nd, batch))
@@ -326,8 +348,7 @@ class LoongEngine(SpRanksEngine):
         for _, r, g in self.moving:
             resident[g].append(r)
         # room after the residents' worst-case growth (outputs assumed max_new_tokens_reserve)
-        future = [sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r])) for r in a)
-                  for a in resident]
+        future = self._growth_blocks(resident)
         roomy = [r for r, p in enumerate(self.pools) if p.num_free - future[r] >= need + reserve]
         if roomy:
             g = max(roomy, key=lambda r: (self.pools[r].num_used, -r))
