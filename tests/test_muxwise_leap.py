@@ -14,6 +14,7 @@ from simserve.cost import GpuCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.muxwise.engine import MuxWiseEngine
+from simserve.policies.muxwise.share_cost import MuxShareCost
 from simserve.cost.smshare import SmShareCost
 from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests
@@ -90,15 +91,40 @@ def test_vectorised_step_prices_are_the_scalar_ones(b, per_seq, extra, f, bw_sat
        st.sampled_from([16 / 132, 24 / 132, 0.25, 64 / 132, 1.0]), st.sampled_from([None, 0.5]),
        st.integers(1, 300))
 def test_run_step_prices_are_the_elementwise_ones(b, per_seq, extra, f, bw_sat, n):
-    """`decode_run_s` (consecutive steps priced as one run) gives `decode_steps_s`'s floats."""
+    """`decode_run_s` (consecutive steps priced as one run) gives `SmShareCost.decode_steps_s`'s
+    floats."""
     hw = H100X4
     cost = GpuCostModel(get_model("qwen3-14b"), hw.gpu, 4, hw.nvlink)
-    c = SmShareCost(cost, bw_sat or 0.5,
-                    curves=hw.gpu.overheads.get("sm_share") if bw_sat is None else None)
+    curves = hw.gpu.overheads.get("sm_share") if bw_sat is None else None
+    c = SmShareCost(cost, bw_sat or 0.5, curves=curves)
     steps = np.arange(n, dtype=np.int64)
     s0, m0 = b * per_seq + extra, per_seq + extra + 1
     want = c.decode_steps_s(b, s0 + b * steps, f, m0 + steps)
-    assert c.decode_run_s(b, s0, m0, n, f).tobytes() == want.tobytes()
+    mux = MuxShareCost(cost, bw_sat or 0.5, curves=curves)
+    assert mux.decode_run_s(b, s0, m0, n, f).tobytes() == want.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12000), min_size=1, max_size=4), st.integers(1, 300),
+       st.integers(1, 40000), st.sampled_from([16 / 132, 24 / 132, 0.25, 64 / 132, 1.0]),
+       st.sampled_from([None, 0.5]), st.sampled_from([1, 4]), st.integers(1, 20000))
+def test_mux_share_cost_prices_are_smshare_ones(prompts, b, ctx, f, bw_sat, tp, table):
+    """`MuxShareCost` (memoised share throughputs, tabulated linear ops, a table smaller or
+    larger than the batch) gives `SmShareCost`'s prices, asked in any order."""
+    hw = H100X4
+    model = get_model("qwen3-14b")
+    cost = GpuCostModel(model, hw.gpu, tp, hw.nvlink)
+    curves = hw.gpu.overheads.get("sm_share") if bw_sat is None else None
+    ref = SmShareCost(cost, bw_sat or 0.5, curves=curves)
+    mux = MuxShareCost(cost, bw_sat or 0.5, curves=curves, table_tokens=table)
+    p = np.asarray(prompts, dtype=np.int64)
+    for _ in range(2):  # the second round from the memos
+        for share in (f, 1.0 - f) if f < 1.0 else (f,):  # decode's share and prefill's
+            assert mux.prefill_s(p, share) == ref.prefill_s(p, share)
+        assert mux.decode_step_s(b, b * ctx, f, ctx + 7) == ref.decode_step_s(b, b * ctx, f, ctx + 7)
+        for tokens in (b, int(p.sum()), table, table + 1):
+            assert mux.dense_us(tokens, f) == ref.dense_us(tokens, f)
+            assert mux.dense_us(tokens, f, False) == ref.dense_us(tokens, f, False)
 
 
 @settings(max_examples=30, deadline=None)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.cost.gpu import BatchShape, GpuCostModel
-from simserve.hardware.attention import decode_steps_us
 from simserve.models import DTYPE_BYTES
 
 FLOOR_MAX_US = 4.0  # the kernel floor `rescale.py` keeps
@@ -165,30 +164,6 @@ class SmShareCost:
             return np.asarray(self.cost.decode_only_s(batch, ctx_sum, ctx_max), dtype=np.float64)
         hd = self.m.head_dim
         t = np.asarray(self.cost.decode_attn(batch, ctx_sum, ctx_max), dtype=np.float64)
-        flops = 4.0 * self.nh * hd * ctx_sum
-        nbytes = 2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES
-        full = np.maximum(flops / self.P, nbytes / self.W)
-        share = np.maximum(flops / (self.compute(f) * self.P), nbytes / (self.bw(f) * self.W))
-        floor = np.minimum(t, FLOOR_MAX_US)
-        attn = np.where(full <= 0, t, floor + (t - floor) * share / np.where(full > 0, full, 1.0))
-        layer = self.dense_us(batch, f, True) + attn
-        return np.asarray(self._iteration_s(batch, batch, layer, self.lm_us(batch, f)),
-                          dtype=np.float64)
-
-    def decode_run_s(self, batch: int, ctx_sum0: int, ctx_max0: int, k: int,
-                     f: float) -> np.ndarray:
-        """`decode_steps_s` of k consecutive steps (Σ context ctx_sum0 + batch·j, longest
-        ctx_max0 + j, j < k): the same floats, the attention priced as one run
-        (`decode_steps_us`, fewer numpy calls than the general array path)."""
-        c = self.cost
-        if f >= 1.0:
-            return c.decode_steps_s(batch, ctx_sum0, ctx_max0, k)
-        ctx_sum = np.arange(k, dtype=np.int64)
-        ctx_sum *= batch
-        ctx_sum += ctx_sum0
-        t = decode_steps_us(c._decode_fn, batch, ctx_sum0, ctx_max0, k)
-        # from here on decode_steps_s's operations, in its order
-        hd = self.m.head_dim
         flops = 4.0 * self.nh * hd * ctx_sum
         nbytes = 2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES
         full = np.maximum(flops / self.P, nbytes / self.W)

@@ -22,7 +22,8 @@ from simserve.policies import register
 from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
 from simserve.sim.leap import leap_ends
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.cost.smshare import SmShareCost, contention
+from simserve.cost.smshare import contention
+from simserve.policies.muxwise.share_cost import MuxShareCost
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
@@ -56,8 +57,9 @@ class MuxWiseEngine(EngineBase):
         # analytic model; alpha, beta from the same measurement unless configured
         self.curves = hw.gpu.overheads.get("sm_share")
         self._ab: dict[float, tuple[float, float]] = {}
-        self.cost = SmShareCost(cost, cfg.bw_saturation or 0.5,
-                                curves=self.curves if cfg.bw_saturation is None else None)
+        self.cost = MuxShareCost(cost, cfg.bw_saturation or 0.5,
+                                 curves=self.curves if cfg.bw_saturation is None else None,
+                                 table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs))
         self.tbt_s = cfg.tbt_ms / 1e3
         self.waiting = make_queue(cfg.scheduler, ctx.table)
         self.running: list[int] = []
