@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import simserve.policies.loongserve.engine as loong
 from simserve.cost.sp import SpCostModel
+from simserve.policies.loongserve.cost import LoongCostModel
 from simserve.policies.loongserve.steps import StepTimes
 from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests
@@ -161,15 +162,33 @@ def test_step_times_are_decode_steps_s_floats(nd, lens, asks):
 
 @settings(max_examples=80, deadline=None)
 @given(st.sampled_from([1, 2, 4]),
-       st.lists(st.tuples(st.integers(0, 30000), st.integers(0, 30000)), min_size=1,
-                max_size=6))
-def test_prefill_time_is_iteration_s(k, batch):
-    """LoongServe's prefill pricing gives `iteration_s`'s float for a batch with no decodes."""
-    from simserve.policies.loongserve.prefill_time import prefill_s
+       st.lists(st.lists(st.tuples(st.integers(0, 30000), st.integers(0, 30000)), min_size=1,
+                         max_size=6), min_size=1, max_size=3))
+def test_loong_cost_model_prices_are_sp_cost_model_ones(k, batches):
+    """`LoongCostModel`'s prefill-only iterations (with its tabulated all-to-alls, grown as
+    larger shards come) give `iteration_s`'s floats for batches with no decodes."""
     cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, k, 1)
-    chunks, ctxs = [m for m, _ in batch], [c for _, c in batch]
-    n = sum(chunks)
-    n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
-    want = cost.iteration_s(n_p, [0] * k, [0] * k, np.array(chunks, dtype=np.int64),
-                            np.array(ctxs, dtype=np.int64), len(chunks))
-    assert prefill_s(cost, chunks, ctxs) == want
+    loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, k, 1)
+    for batch in batches:
+        chunks, ctxs = [m for m, _ in batch], [c for _, c in batch]
+        n = sum(chunks)
+        n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
+        want = cost.iteration_s(n_p, [0] * k, [0] * k, np.array(chunks, dtype=np.int64),
+                                np.array(ctxs, dtype=np.int64), len(chunks))
+        assert loong.prefill_s(chunks, ctxs) == want
+        assert loong.comm_us(n_p[0]) == cost.comm_us(n_p[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=4, max_size=4),
+       st.lists(st.integers(1, 20000), min_size=4, max_size=4),
+       st.integers(0, 600), st.integers(1, 300))
+def test_loong_cost_model_decode_lines_are_sp_cost_model_ones(nd, lens, lo, n):
+    """Decode-attention lines priced as `decode_steps_us` runs give `decode_steps_s`'s floats."""
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
+    loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
+    c0 = [b * m for b, m in zip(nd, lens)]
+    m0 = [m if b else 0 for b, m in zip(nd, lens)]
+    for lo_, n_ in ((lo, n), (lo + n, 3 * n)):  # a line started, then extended
+        want = cost.decode_steps_s(nd, c0, m0, lo_, n_)
+        assert loong.decode_steps_s(nd, c0, m0, lo_, n_).tobytes() == want.tobytes()

@@ -26,8 +26,8 @@ from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
+from simserve.policies.loongserve.cost import LoongCostModel
 from simserve.policies.loongserve.leap import leap_layout
-from simserve.policies.loongserve.prefill_time import prefill_s
 from simserve.policies.loongserve.steps import StepTimes
 from simserve.policies.sp_leap import LEAP_CAP
 from simserve.policies.sp_ranks import (SpRanksEngine, blocks_for, check_fits,
@@ -218,7 +218,7 @@ class LoongEngine(SpRanksEngine):
 
     def _prefill_s_now(self, k: int, batch) -> float:
         c = self.ctx.table.computed
-        return prefill_s(self.costs[k], [m for _, m in batch], [int(c[r]) for r, _ in batch])
+        return self.costs[k].prefill_s([m for _, m in batch], [int(c[r]) for r, _ in batch])
 
     def _lent(self, nd, batch) -> list[int]:
         """Instances that run the prefill: idle ones, then decode instances (fewest decodes
@@ -397,8 +397,8 @@ def build(ctx, cfg: LoongServeConfig) -> Deployment:
     degrees = [k for k in (1, 2, 4, 8, 16) if k <= min(N, cfg.max_sp)]
 
     def sp_cost(k: int) -> SpCostModel:
-        return cost_model(ctx, lambda: SpCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp,
-                                                   cuda_graphs=cfg.cuda_graphs),
+        return cost_model(ctx, lambda: LoongCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp,
+                                                      cuda_graphs=cfg.cuda_graphs),
                           "policy loongserve")
     costs = {k: sp_cost(k) for k in degrees}
     if cfg.prefill_sp is not None and cfg.prefill_sp not in costs:

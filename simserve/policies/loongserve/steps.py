@@ -1,34 +1,33 @@
-"""Decode-only step times of LoongServe's instances, cached per decode layout.
+"""Decode-only step times of LoongServe's instances, kept per decode layout.
 
 Between two events (an arrival, a prefill, a finish) the instances repeat a decode step with
 every context one longer, and leaps, stepped decode iterations, the TBT cap and the steps run
 beside a prefill all ask for the times of such steps. `SpCostModel.decode_steps_s` prices them
 from its cached per-rank attention lines but redoes the rest (the ranks' maximum, the launch
-model, LM head and host time) on every call; `StepTimes` keeps whole step times per layout
-instead, so that a repeated question is a slice of a cached array.
+model, LM head and host time) on every call; `StepTimes` keeps its answers per layout
+instead (`decode_steps_s` of a run of steps, each step's float independent of the run it is
+priced in), so that a repeated question is a slice of a kept array.
 
 A layout is what fixes the times of its steps: each busy rank's decode count b, Σ context −
 b · longest (constant as both grow), and its longest context relative to the first busy
 rank's. A line holds the step times by that rank's longest context. Ranks without decodes do
 not count (a step's time takes the maximum over the busy ranks, and their linear time is 0):
 the instances that keep decoding beside a prefill share the line of the same decodes before
-it. The times are
-`decode_steps_s`'s floats (the same operations on the same values; the attention of each rank
-through `decode_steps_us`, which gives the general array call's floats); tests check them.
+it. Tests check the times against `decode_steps_s`'s.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from simserve.cost.sp import SpCostModel
-from simserve.hardware.attention import decode_steps_us
 
 LOOKAHEAD = 256     # steps priced when a line is started or extended (at least)
 MAX_LINES = 4096    # layouts kept before the cache starts over
 
 
 class StepTimes:
-    """Step times (s) of decode-only iterations on `cost`'s ranks, cached per layout."""
+    """Step times (s) of decode-only iterations on `cost`'s ranks (`cost.decode_steps_s`, as
+    the engine executes with it), kept per layout."""
 
     def __init__(self, cost: SpCostModel):
         self.cost = cost
@@ -65,15 +64,4 @@ class StepTimes:
         return float(self.steps_s(n_d, c0, m0, 0, 1)[0])
 
     def _price(self, n_d, c0, m0, lo: int, n: int) -> np.ndarray:
-        """`decode_steps_s`'s operations, each rank's attention as one `decode_steps_us` run."""
-        b = self.cost.base
-        busy = max(n_d)
-        b._ensure(busy)
-        # the busy ranks' maximum: idle ranks' 0.0 never exceeds a busy rank's linear time
-        t_lin = max(b.dense_layer_us(int(x)) for x in n_d if x > 0)
-        lines = [np.asarray(decode_steps_us(b._decode_fn, k, c + k * lo, m + lo, n),
-                            dtype=np.float64) for k, c, m in zip(n_d, c0, m0) if k > 0]
-        # the ranks' elementwise maximum (one busy rank, the usual case: its own line)
-        t_d = lines[0] if len(lines) == 1 else np.max(np.stack(lines), axis=0)
-        layer = t_lin + t_d
-        return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, layer, busy)) * 1e-6
+        return np.asarray(self.cost.decode_steps_s(n_d, c0, m0, lo, n), dtype=np.float64)
