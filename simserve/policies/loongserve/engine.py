@@ -125,8 +125,10 @@ class LoongEngine(SpRanksEngine):
         if not n:
             return [0] * len(groups)
         a = np.fromiter((r for g in groups for r in g), dtype=np.int64, count=n)
-        out = np.minimum(t.output[a] - t.generated[a], self.lcfg.max_new_tokens_reserve)
-        x = np.maximum(0, -(-(t.num_tokens[a] + out) // bs) - t.blocks[a]).tolist()
+        cap = self.lcfg.max_new_tokens_reserve
+        x = [max(0, -(-(nt + min(o - gen, cap)) // bs) - b) for nt, o, gen, b in zip(
+            t.num_tokens[a].tolist(), t.output[a].tolist(), t.generated[a].tolist(),
+            t.blocks[a].tolist())]
         sums, j = [], 0
         for g in groups:
             sums.append(sum(x[j:j + len(g)]))

@@ -23,7 +23,8 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
         return 0
     ids = np.fromiter((i for a in decodes for i in a), dtype=np.int64, count=sum(nd))
     c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
-    kmax = min(int((t.output[ids] - t.generated[ids]).min()), cap, LEAP_CAP)
+    g = t.generated[ids].tolist()
+    kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), cap, LEAP_CAP)
     spans, j = [], 0  # each rank's stretch of the flat lists
     for n in nd:
         spans.append((j, j + n))
@@ -64,7 +65,9 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
     if eng.ctx.recorder.trace is not None:
         eng.trace_ranks(eng.clock, ends[k - 1], k)
     eng.clock = ends[k - 1]
-    done = t.emit_steps(ids, ends)  # emit_many of the first k - 1 steps, emit of the last
+    # emit_many of the first k - 1 steps and emit of the last (every decode has its first
+    # token, as emit_steps asks of the counts it is handed)
+    done = t.emit_steps(ids, ends, g)
     if len(done):
         eng._finish(done)
     eng.ctx.recorder.num_iterations += k
