@@ -192,3 +192,18 @@ def test_loong_cost_model_decode_lines_are_sp_cost_model_ones(nd, lens, lo, n):
     for lo_, n_ in ((lo, n), (lo + n, 3 * n)):  # a line started, then extended
         want = cost.decode_steps_s(nd, c0, m0, lo_, n_)
         assert loong.decode_steps_s(nd, c0, m0, lo_, n_).tobytes() == want.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3), st.integers(1, 600), st.integers(1, 20000), st.integers(0, 19999),
+       st.integers(0, 600), st.integers(1, 300), st.booleans())
+def test_one_busy_rank_steps_are_sp_cost_model_ones(r, b, longest, short, lo, n, graphs):
+    """With one busy rank, `LoongCostModel.decode_steps_s` (its GPU model's steps) gives
+    `SpCostModel.decode_steps_s`'s floats, equal contexts or not."""
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1, cuda_graphs=graphs)
+    loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1, cuda_graphs=graphs)
+    nd, c0, m0 = [0] * 4, [0] * 4, [0] * 4
+    nd[r], m0[r] = b, longest
+    c0[r] = max(b, b * longest - min(short, longest - 1) * (b - 1))  # the others shorter
+    want = cost.decode_steps_s(nd, c0, m0, lo, n)
+    assert loong.decode_steps_s(nd, c0, m0, lo, n).tobytes() == want.tobytes()

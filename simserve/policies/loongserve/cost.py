@@ -14,7 +14,11 @@ every candidate has a shard size not seen before. Two things are kept here:
   consecutive steps, asked for whenever a decode joins or leaves): priced by
   `decode_steps_us`, which gives the general array call's floats with a third of its numpy
   calls.
-Tests check all three against `SpCostModel`'s.
+- `decode_steps_s` with one busy rank (LoongServe's scale-down consolidates decodes, so
+  this is the usual case): that rank's GPU model's consecutive steps
+  (`GpuCostModel.decode_steps_s`), the same operations on the same values as the SP path,
+  whose maximum over ranks and linear time of idle ranks (0) then change nothing.
+Tests check all four against `SpCostModel`'s.
 """
 from __future__ import annotations
 
@@ -75,3 +79,12 @@ class LoongCostModel(SpCostModel):
         if int(ctx_max[-1]) != m0 + k - 1 or int(ctx_sum[-1]) != s0 + b * (k - 1):
             return super()._attn(b, ctx_sum, ctx_max)
         return np.asarray(decode_steps_us(fn, b, s0, m0, k), dtype=np.float64)
+
+    def decode_steps_s(self, n_d, c0, m0, lo: int, n: int) -> np.ndarray:
+        """`SpCostModel.decode_steps_s`; with one busy rank, its GPU model's steps."""
+        busy = [r for r, b in enumerate(n_d) if b > 0]
+        if len(busy) != 1:
+            return super().decode_steps_s(n_d, c0, m0, lo, n)
+        r = busy[0]
+        b = int(n_d[r])
+        return self.base.decode_steps_s(b, int(c0[r]) + b * lo, int(m0[r]) + lo, n)
