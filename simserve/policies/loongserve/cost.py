@@ -16,8 +16,9 @@ every candidate has a shard size not seen before. Two things are kept here:
   calls.
 - `decode_steps_s` with one busy rank (LoongServe's scale-down consolidates decodes, so
   this is the usual case): that rank's GPU model's consecutive steps
-  (`GpuCostModel.decode_steps_s`), the same operations on the same values as the SP path,
-  whose maximum over ranks and linear time of idle ranks (0) then change nothing.
+  (`GpuCostModel.decode_steps_s`, or `decode_steps_list` for a few), the same operations on
+  the same values as the SP path, whose maximum over ranks and linear time of idle ranks (0)
+  then change nothing.
 Tests check all four against `SpCostModel`'s.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from simserve.cost.sp import SpCostModel
 from simserve.hardware.attention import decode_steps_us
+from simserve.sim.leap import LIST_STEPS
 
 
 class LoongCostModel(SpCostModel):
@@ -87,4 +89,7 @@ class LoongCostModel(SpCostModel):
             return super().decode_steps_s(n_d, c0, m0, lo, n)
         r = busy[0]
         b = int(n_d[r])
-        return self.base.decode_steps_s(b, int(c0[r]) + b * lo, int(m0[r]) + lo, n)
+        s0, m = int(c0[r]) + b * lo, int(m0[r]) + lo
+        if n <= LIST_STEPS:  # a few steps: plain-float pricing, the array path's floats
+            return np.array(self.base.decode_steps_list(b, s0, m, n), dtype=np.float64)
+        return self.base.decode_steps_s(b, s0, m, n)

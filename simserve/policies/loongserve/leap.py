@@ -43,7 +43,7 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
     arrival = eng.ctx.source.next_arrival_s
     # end times: the clock plus each step's time, added one by one (as np.cumsum adds),
     # up to the first step that ends at or after the next arrival
-    ends, e, lo, n = [], eng.clock, 0, 64
+    ends, e, lo, n = [], eng.clock, 0, 16
     while lo < kmax:
         n = min(n, kmax - lo)
         for d in eng.step_times.steps_s(nd, c0, m0, lo, n).tolist():

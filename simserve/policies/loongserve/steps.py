@@ -21,7 +21,9 @@ import numpy as np
 
 from simserve.cost.sp import SpCostModel
 
-LOOKAHEAD = 256     # steps priced when a line is started or extended (at least)
+FIRST = 16         # steps priced when a line is started (at least): most layouts last a few
+#                    steps (an arrival or a finish ends them), and a few are priced cheaply
+LOOKAHEAD = 256    # steps priced when a line is extended (at least)
 MAX_LINES = 4096    # layouts kept before the cache starts over
 
 
@@ -49,13 +51,13 @@ class StepTimes:
                 if i - p0 > 4 * LOOKAHEAD:  # drop what is behind
                     vals, p0 = vals[i - p0:], i
                 end = p0 + len(vals)
-                more = self._price(n_d, c0, m0, end - ref, max(i + n, p0 + 2 * len(vals)) - end)
+                more = self._price(n_d, c0, m0, end - ref, max(i + n - end, LOOKAHEAD))
                 vals = np.concatenate((vals, more))
                 self._lines[key] = (p0, vals)
             return vals[i - p0:i - p0 + n]
         if len(self._lines) > MAX_LINES:
             self._lines.clear()
-        vals = self._price(n_d, c0, m0, lo, max(n, LOOKAHEAD))
+        vals = self._price(n_d, c0, m0, lo, max(n, FIRST))
         self._lines[key] = (i, vals)
         return vals[:n]
 
