@@ -49,6 +49,8 @@ class LoongEngine(SpRanksEngine):
         super().__init__(ctx, _Shim(cfg), 0, gpus, cost_all, None, num_blocks)
         self.lcfg, self.costs = cfg, costs
         self.step_times = StepTimes(cost_all)  # decode-only step times, cached per layout
+        self._progress_memo: dict = {}
+        self._lent_memo: dict = {}
         self.sp_degrees = sorted(k for k in costs if k <= cfg.max_sp)
         self.num_decode_iters = 0
         total = num_blocks * len(self.pools) * cfg.block_size
@@ -60,6 +62,7 @@ class LoongEngine(SpRanksEngine):
     def _iteration(self):
         self._prefill_memo = {}  # (k, batch) -> _prefill_s, for this iteration's decisions
         self._progress_memo = {}  # rank -> `_progress`, for this iteration's decisions
+        self._lent_memo = {}      # (decodes per rank, batch) -> `_lent`, for this iteration
         self._grow_decodes()
         self._state = nd, dctx, dmax = self._decode_state()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
@@ -224,8 +227,15 @@ class LoongEngine(SpRanksEngine):
 
     def _lent(self, nd, batch) -> list[int]:
         """Instances that run the prefill: idle ones, then decode instances (fewest decodes
-        first) lent while the prefill gain beats the decode loss; at least one, at most max_sp."""
-        t = self.ctx.table
+        first) lent while the prefill gain beats the decode loss; at least one, at most max_sp.
+        Memoised within an iteration (the final batch is asked for again when it runs)."""
+        key = (tuple(nd), tuple(batch))
+        chosen = self._lent_memo.get(key)
+        if chosen is None:
+            chosen = self._lent_memo[key] = self._lent_now(nd, batch)
+        return chosen
+
+    def _lent_now(self, nd, batch) -> list[int]:
         if self.lcfg.prefill_sp:  # pinned degree: idle instances first, then the least busy
             return sorted(range(self.R), key=lambda r: (nd[r], r))[:self.lcfg.prefill_sp]
         idle = [r for r in range(self.R) if nd[r] == 0]
@@ -305,15 +315,14 @@ class LoongEngine(SpRanksEngine):
         ids = np.fromiter((i for r in keep for i in self.decodes[r]), dtype=np.int64,
                           count=sum(sub_nd))
         c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
-        left = int((t.output[ids] - t.generated[ids]).min())
-        spans, j = [], 0  # each kept rank's stretch of ids
+        left = min(o - g for o, g in zip(t.output[ids].tolist(), t.generated[ids].tolist()))
+        per, j = [], 0  # each kept rank's (tokens in KV, blocks held)
         for n in sub_nd:
-            spans.append((j, j + n))
+            per.append(list(zip(c[j:j + n], held[j:j + n])))
             j += n
 
         def extra(s: int) -> list[int]:  # per kept rank: blocks beyond those held for s steps
-            return [sum(max(0, -(-(c[i] + s) // bs) - held[i]) for i in range(a, z))
-                    for a, z in spans]
+            return [sum(max(0, -(-(x + s) // bs) - h) for x, h in p) for p in per]
 
         # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
         # steps before it end within the span
@@ -374,8 +383,17 @@ class LoongEngine(SpRanksEngine):
                 t.emit_steps(ids, start + ends)
             if len(done):
                 self._finish(done)
-        fin = set(finishing)
-        self._apply(np.zeros(0, dtype=np.int64), chunks, [c for c in chunks if c.req_id in fin])
+        # the prompts' chunks (`_apply` without decodes): the finished ones sample their
+        # first token now and leave the queue
+        for ch in chunks:
+            t.computed[ch.req_id] += ch.tokens
+        if finishing:
+            done = t.emit(np.asarray(finishing, dtype=np.int64), self.clock)
+            gone = set(finishing)
+            self.pending = [r for r in self.pending if r not in gone]
+            if len(done):
+                self._finish(done)
+        self._sample()
 
 
 class _Done:

@@ -25,21 +25,21 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
     c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
     g = t.generated[ids].tolist()
     kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), cap, LEAP_CAP)
-    spans, j = [], 0  # each rank's stretch of the flat lists
+    per, c0, m0, j = [], [], [], 0  # per rank: (tokens in KV, blocks held), Σ context, longest
     for n in nd:
-        spans.append((j, j + n))
+        cr = c[j:j + n]
+        per.append(list(zip(cr, held[j:j + n])))
+        c0.append(sum(cr) + n)
+        m0.append(max(cr) + 1 if n else 0)
         j += n
     free = [p.num_free for p in eng.pools]
 
     def new_blocks(k: int) -> list[int]:
-        return [sum(max(0, -(-(c[i] + k) // bs) - held[i]) for i in range(a, z))
-                for a, z in spans]
+        return [sum(max(0, -(-(x + k) // bs) - h) for x, h in p) for p in per]
 
     kmax = largest_k(kmax, lambda k: all(x <= f for x, f in zip(new_blocks(k), free)))
     if kmax < 2:
         return 0
-    c0 = [sum(c[a:z]) + (z - a) for a, z in spans]
-    m0 = [max(c[a:z]) + 1 if z > a else 0 for a, z in spans]
     arrival = eng.ctx.source.next_arrival_s
     # end times: the clock plus each step's time, added one by one (as np.cumsum adds),
     # up to the first step that ends at or after the next arrival
