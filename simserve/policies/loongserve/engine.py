@@ -78,6 +78,26 @@ class LoongEngine(SpRanksEngine):
         ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
         return dt, lambda: self._apply(ids, [], [])
 
+    def _grow_decodes(self) -> None:
+        """`SpRanksEngine._grow_decodes`: when every rank's decodes fit their next KV slot
+        (the usual case), in plain ints (the same blocks); else its rank-by-rank path."""
+        t, bs, decodes = self.ctx.table, self.cfg.block_size, self.decodes
+        n = sum(map(len, decodes))
+        if n:
+            ids = np.fromiter((i for a in decodes for i in a), dtype=np.int64, count=n)
+            held = t.blocks[ids].tolist()
+            nb = [max(0, -(-(x + 1) // bs) - h) for x, h in zip(t.computed[ids].tolist(), held)]
+            need, j = [], 0
+            for a in decodes:
+                need.append(sum(nb[j:j + len(a)]))
+                j += len(a)
+            if all(x <= p.num_free for x, p in zip(need, self.pools)):
+                for x, p in zip(need, self.pools):
+                    p.allocate(x)
+                t.blocks[ids] = [h + b for h, b in zip(held, nb)]
+                return
+        super()._grow_decodes()
+
     def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
         """Per rank: decodes, their Σ context and the longest (tokens in KV plus the new one;
         0 without decodes), as `_rank_states` and `_rank_max` give them, from one gather."""
