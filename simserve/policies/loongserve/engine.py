@@ -49,6 +49,7 @@ class LoongEngine(SpRanksEngine):
         super().__init__(ctx, _Shim(cfg), 0, gpus, cost_all, None, num_blocks)
         self.lcfg, self.costs = cfg, costs
         self.step_times = StepTimes(cost_all)  # decode-only step times, cached per layout
+        self.step_hint = 0.0  # a recent leap's mean step time (sizes the next one's pricing)
         self._progress_memo: dict = {}
         self._lent_memo: dict = {}
         self.sp_degrees = sorted(k for k in costs if k <= cfg.max_sp)

@@ -42,8 +42,13 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
         return 0
     arrival = eng.ctx.source.next_arrival_s
     # end times: the clock plus each step's time, added one by one (as np.cumsum adds),
-    # up to the first step that ends at or after the next arrival
+    # up to the first step that ends at or after the next arrival. Steps are asked for in
+    # doubling runs from a guess of how many fit before the arrival (the last leap's step
+    # time), so that a new layout's line is priced about as long as it is used (the times
+    # do not depend on the runs)
     ends, e, lo, n = [], eng.clock, 0, 16
+    if eng.step_hint > 0.0 and arrival - e < eng.step_hint * kmax:
+        n = max(2, int((arrival - e) / eng.step_hint) + 2)
     while lo < kmax:
         n = min(n, kmax - lo)
         for d in eng.step_times.steps_s(nd, c0, m0, lo, n).tolist():
@@ -64,6 +69,7 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
     t.computed[ids] = [x + k for x in c]
     if eng.ctx.recorder.trace is not None:
         eng.trace_ranks(eng.clock, ends[k - 1], k)
+    eng.step_hint = (ends[k - 1] - eng.clock) / k
     eng.clock = ends[k - 1]
     # emit_many of the first k - 1 steps and emit of the last (every decode has its first
     # token, as emit_steps asks of the counts it is handed)
