@@ -346,14 +346,21 @@ class LoongEngine(SpRanksEngine):
             return [sum(max(0, -(-(x + s) // bs) - h) for x, h in p) for p in per]
 
         # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
-        # steps before it end within the span
+        # steps before it end within the span. The span is found first, then the KV checked
+        # for that many steps (fewer if they do not fit: the fit only fails as steps grow, so
+        # this is the largest count that fits cut at the span, as checking first would give)
         free = [self.pools[r].num_free for r in keep]
-        kfit = largest_k(left, lambda s: s <= 1 or all(x <= f for x, f in zip(extra(s), free)))
+
+        def fits(s: int) -> bool:
+            return s <= 1 or all(x <= f for x, f in zip(extra(s), free))
+
         ends = []
-        if span > 0.0 and kfit > 0:
+        if span > 0.0:
             e, lo, n = 0.0, 0, 16
-            while lo < kfit:
-                n = min(n, kfit - lo)
+            if self.step_hint > 0.0 and span < self.step_hint * left:
+                n = max(2, int(span / self.step_hint) + 2)
+            while lo < left:
+                n = min(n, left - lo)
                 for d in self.step_times.steps_s(sub_nd, sub_c, sub_m, lo, n).tolist():
                     e += d
                     ends.append(e)
@@ -364,6 +371,9 @@ class LoongEngine(SpRanksEngine):
                     continue
                 break
         count = len(ends)
+        if not fits(count):
+            count = largest_k(count, fits)
+            del ends[count:]
         for r, x in zip(keep, extra(count)):
             self.pools[r].allocate(x)
         t.blocks[ids] = [max(h, -(-(x + count) // bs)) for h, x in zip(held, c)]

@@ -37,7 +37,9 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
     def new_blocks(k: int) -> list[int]:
         return [sum(max(0, -(-(x + k) // bs) - h) for x, h in p) for p in per]
 
-    kmax = largest_k(kmax, lambda k: all(x <= f for x, f in zip(new_blocks(k), free)))
+    def fits(k: int) -> bool:
+        return all(x <= f for x, f in zip(new_blocks(k), free))
+
     if kmax < 2:
         return 0
     arrival = eng.ctx.source.next_arrival_s
@@ -60,10 +62,20 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
             lo, n = lo + n, 2 * n
             continue
         break
+    # the KV checked for the steps found (fewer if they do not fit: the fit only fails as
+    # steps grow, so this is the largest count that fits cut at the arrival, as checking
+    # first would give)
     k = len(ends)
     if k < 2:
         return 0
-    for p, x in zip(eng.pools, new_blocks(k)):
+    blocks = new_blocks(k)
+    if not all(x <= f for x, f in zip(blocks, free)):
+        k = largest_k(k, fits)
+        if k < 2:
+            return 0
+        del ends[k:]
+        blocks = new_blocks(k)
+    for p, x in zip(eng.pools, blocks):
         p.allocate(x)
     t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
     t.computed[ids] = [x + k for x in c]
