@@ -27,12 +27,10 @@ from simserve.policies import register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
 from simserve.policies.loongserve.cost import LoongCostModel
+from simserve.policies.loongserve.decodes import DecodeRanks
 from simserve.policies.loongserve.leap import leap_layout
-from simserve.policies.loongserve.steps import StepTimes
 from simserve.policies.sp_leap import LEAP_CAP
-from simserve.policies.sp_ranks import (SpRanksEngine, blocks_for, check_fits,
-                                        instance_layout, shard_blocks)
-from simserve.sim.leap import largest_k
+from simserve.policies.sp_ranks import blocks_for, check_fits, instance_layout, shard_blocks
 
 # Exact event leaping over decode-only stretches (byte-identical to stepping; tests set it
 # False to step one by one). Not a config field, so that configs and their hashes stay as they
@@ -40,16 +38,15 @@ from simserve.sim.leap import largest_k
 LEAP = True
 
 
-class LoongEngine(SpRanksEngine):
-    """Reuses the SP ranks' KV pools, decode growth/preemption, transfers and bookkeeping;
-    replaces the iteration with LoongServe's alternation of prefill and decode."""
+class LoongEngine(DecodeRanks):
+    """Reuses the SP ranks' KV pools, decode growth/preemption, transfers and bookkeeping
+    (its decode side over plain ints, `DecodeRanks`); replaces the iteration with
+    LoongServe's alternation of prefill and decode."""
 
     def __init__(self, ctx, cfg: LoongServeConfig, gpus, cost_all: SpCostModel, costs: dict,
                  num_blocks: int):
         super().__init__(ctx, _Shim(cfg), 0, gpus, cost_all, None, num_blocks)
         self.lcfg, self.costs = cfg, costs
-        self.step_times = StepTimes(cost_all)  # decode-only step times, cached per layout
-        self.step_hint = 0.0  # a recent leap's mean step time (sizes the next one's pricing)
         self._progress_memo: dict = {}
         self._lent_memo: dict = {}
         self.sp_degrees = sorted(k for k in costs if k <= cfg.max_sp)
@@ -65,7 +62,7 @@ class LoongEngine(SpRanksEngine):
         self._progress_memo = {}  # rank -> `_progress`, for this iteration's decisions
         self._lent_memo = {}      # (decodes per rank, batch) -> `_lent`, for this iteration
         self._grow_decodes()
-        self._state = nd, dctx, dmax = self._decode_state()
+        nd, dctx, dmax = self._decode_state()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
             batch = self._placeable(self._form_batch(list(nd)))
             if batch:
@@ -78,42 +75,6 @@ class LoongEngine(SpRanksEngine):
         dt = self.step_times.step_s(nd, dctx, dmax)
         ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
         return dt, lambda: self._apply(ids, [], [])
-
-    def _grow_decodes(self) -> None:
-        """`SpRanksEngine._grow_decodes`: when every rank's decodes fit their next KV slot
-        (the usual case), in plain ints (the same blocks); else its rank-by-rank path."""
-        t, bs, decodes = self.ctx.table, self.cfg.block_size, self.decodes
-        n = sum(map(len, decodes))
-        if n:
-            ids = np.fromiter((i for a in decodes for i in a), dtype=np.int64, count=n)
-            held = t.blocks[ids].tolist()
-            nb = [max(0, -(-(x + 1) // bs) - h) for x, h in zip(t.computed[ids].tolist(), held)]
-            need, j = [], 0
-            for a in decodes:
-                need.append(sum(nb[j:j + len(a)]))
-                j += len(a)
-            if all(x <= p.num_free for x, p in zip(need, self.pools)):
-                for x, p in zip(need, self.pools):
-                    p.allocate(x)
-                t.blocks[ids] = [h + b for h, b in zip(held, nb)]
-                return
-        super()._grow_decodes()
-
-    def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
-        """Per rank: decodes, their Σ context and the longest (tokens in KV plus the new one;
-        0 without decodes), as `_rank_states` and `_rank_max` give them, from one gather."""
-        t, decodes = self.ctx.table, self.decodes
-        nd = [len(a) for a in decodes]
-        if not any(nd):
-            return nd, [0] * self.R, [0] * self.R
-        c = t.computed[np.fromiter((i for a in decodes for i in a), dtype=np.int64,
-                                   count=sum(nd))].tolist()
-        dctx, dmax, j = [], [], 0
-        for n in nd:
-            dctx.append(sum(c[j:j + n]) + n)
-            dmax.append(max(c[j:j + n]) + 1 if n else 0)
-            j += n
-        return nd, dctx, dmax
 
     def _leap_ok(self) -> bool:
         """Decode-only stretches: no KV in flight, and either no prompt pending or prompts
@@ -320,64 +281,6 @@ class LoongEngine(SpRanksEngine):
         total = max(dt, float(ends[-1]) if len(ends) else 0.0)
         start = self.clock
         return total, lambda: self._apply_prefill(start, chunks, finishing, steps)
-
-    def _decode_steps_within(self, nd, dctx, span: float):
-        """(end offsets, ids) of back-to-back decode steps, within `span`, on the instances that
-        keep decoding; their KV for those steps is reserved here (a step that does not fit is
-        not run). Step times from the cached layout's line (`StepTimes`, `decode_steps_s`'s
-        floats, each as stepping prices it), summed one by one as a cumulative sum adds them."""
-        t, bs = self.ctx.table, self.cfg.block_size
-        keep = [r for r in range(self.R) if nd[r] > 0]
-        if not keep:
-            return np.zeros(0), None
-        dmax = self._state[2]
-        sub_nd = [nd[r] for r in keep]
-        sub_c, sub_m = [dctx[r] for r in keep], [dmax[r] for r in keep]
-        ids = np.fromiter((i for r in keep for i in self.decodes[r]), dtype=np.int64,
-                          count=sum(sub_nd))
-        c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
-        left = min(o - g for o, g in zip(t.output[ids].tolist(), t.generated[ids].tolist()))
-        per, j = [], 0  # each kept rank's (tokens in KV, blocks held)
-        for n in sub_nd:
-            per.append(list(zip(c[j:j + n], held[j:j + n])))
-            j += n
-
-        def extra(s: int) -> list[int]:  # per kept rank: blocks beyond those held for s steps
-            return [sum(max(0, -(-(x + s) // bs) - h) for x, h in p) for p in per]
-
-        # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
-        # steps before it end within the span. The span is found first, then the KV checked
-        # for that many steps (fewer if they do not fit: the fit only fails as steps grow, so
-        # this is the largest count that fits cut at the span, as checking first would give)
-        free = [self.pools[r].num_free for r in keep]
-
-        def fits(s: int) -> bool:
-            return s <= 1 or all(x <= f for x, f in zip(extra(s), free))
-
-        ends = []
-        if span > 0.0:
-            e, lo, n = 0.0, 0, 16
-            if self.step_hint > 0.0 and span < self.step_hint * left:
-                n = max(2, int(span / self.step_hint) + 2)
-            while lo < left:
-                n = min(n, left - lo)
-                for d in self.step_times.steps_s(sub_nd, sub_c, sub_m, lo, n).tolist():
-                    e += d
-                    ends.append(e)
-                    if e >= span:  # the next step would start at or after the span's end
-                        break
-                else:
-                    lo, n = lo + n, 2 * n
-                    continue
-                break
-        count = len(ends)
-        if not fits(count):
-            count = largest_k(count, fits)
-            del ends[count:]
-        for r, x in zip(keep, extra(count)):
-            self.pools[r].allocate(x)
-        t.blocks[ids] = [max(h, -(-(x + count) // bs)) for h, x in zip(held, c)]
-        return np.asarray(ends, dtype=np.float64), ids
 
     def _place(self, rid: int) -> None:
         """Scale-down: the most-used instance that can hold the whole KV plus the output reserve
