@@ -215,3 +215,57 @@ def test_engine_frees_tail_first_so_an_eviction_keeps_the_shared_head():
                          num_gpu_blocks_override=9)
     pc = res.stats["prefix_cache"][0]
     assert pc["hits"] == 48 and pc["evictions"] >= 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["shared", "private", "anon"]), st.integers(1, 4)),
+                min_size=1, max_size=12), st.data())
+def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entries, data):
+    # A leap of a vLLM engine may allocate free_ahead(...) blocks while the waiting head's
+    # cached hits survive (vllm_engine._leap_state): allocating that many must evict none of
+    # them, and one more block must evict one (when any is in the free queue).
+    import copy
+    p = PrefixCachingBlockPool("t", 64)
+    p.allocate(64)
+    hashes, rids, nxt = [], [], 100
+    for i, (kind, n) in enumerate(entries):
+        if kind == "anon":
+            p.free(n)
+        elif kind == "shared":
+            for _ in range(n):
+                nxt += 1
+                p.register(nxt)
+                p.release([nxt])
+                hashes.append(nxt)
+        else:
+            p.release_private(i, 0, n)
+            rids.append(i)
+    keys = data.draw(st.lists(st.sampled_from(hashes), unique=True) if hashes else st.just([]))
+    rid = data.draw(st.sampled_from(rids)) if rids else -1
+    n = p.free_ahead(keys, rid)
+
+    def hits_intact(q):
+        return all(k in q.ref for k in keys) and q.private_cached(rid) == p.private_cached(rid)
+    q = copy.deepcopy(p)
+    q.allocate(n)
+    assert hits_intact(q)
+    if n < p.num_free:
+        q.allocate(1)
+        assert not hits_intact(q)
+
+
+def test_kv_bound_waiting_head_leaps_exactly_on_a_tight_pool():
+    # DualPace Fig. 9a's vLLM baseline (RTX 4090: 24 GB, preemptions): the waiting head is
+    # blocked by its new blocks plus its cached (preempted, private) hits in the free queue,
+    # while decodes evict those hits; the engine leaps through it (vllm_engine._leap_state)
+    # and must equal stepping.
+    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    from simserve.workload.build import build_workload
+    hw = resolve_hardware(HardwareConfig(gpu="rtx4090", num_gpus=1))
+    w = build_workload("azure-conv", num_requests=400, arrival="poisson", rate=5.0, seed=0)
+    leapt = simulate_point(w, "llama-3.1-8b", hw, "vllm")
+    stepped = simulate_point(w, "llama-3.1-8b", hw, "vllm", leap=False)
+    assert leapt.records.num_preemptions.sum() > 0  # preempted requests re-find their blocks
+    assert leapt.stats["prefix_cache_summary"]["prefix_cache_saved_tokens"] > 0
+    assert np.array_equal(leapt.records.token_times_s, stepped.records.token_times_s)
+    assert leapt.stats["num_iterations_stepped"] < stepped.stats["num_iterations"] / 4

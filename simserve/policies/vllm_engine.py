@@ -20,9 +20,11 @@ chunk that fills them is scheduled (`cache_blocks`); blocks filled by decodes ar
 the request frees them (only the request itself can ever hit those, and only after that).
 Freed blocks keep their hashes until LRU eviction reuses them.
 
-Between interesting events (an arrival, a request finishing, a KV shortfall) a decode-only
-engine repeats one step with contexts one longer; `_leap` advances k such steps at once with
-results identical to stepping (tests check this), which is where the speed comes from. A batch
+Between interesting events (a request reaching this engine, a request finishing, a KV
+shortfall) a decode-only engine repeats one step with contexts one longer; `_leap` advances k
+such steps at once with results identical to stepping (tests check this), which is where the
+speed comes from. Arrivals routed to other replicas do not stop a leap: it stays pending until
+its end and is cut only by this engine's own arrivals (docs/architecture.md, Event leaping). A batch
 is small (about ten requests at moderate load), so the leap and, up to 48 requests, the
 schedule work on plain ints: numpy's per-call cost exceeds the arithmetic there.
 """
@@ -33,6 +35,7 @@ import dataclasses
 from collections import deque
 
 import numpy as np
+import simpy
 
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.cost.host import engine_host
@@ -47,6 +50,7 @@ from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
 SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plain ints
+INF = float("inf")
 
 
 def _new_blocks(room: list[int], k: int, bs: int) -> int:
@@ -63,6 +67,30 @@ def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
         return ids, n
     return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Leap:
+    """A decode-only batch's next steps, priced and not yet applied: `ends` of the steps
+    priced so far, from `clock` (with contexts `c`, outputs `g`, KV `room`, Σ context
+    `ctx_sum0` and longest `ctx_max0` at the first of them); at most `kmax`; `own`: the next
+    time one of the engine's own requests can reach its queue (a step ending at or after it is
+    the last); `open`: priced only up to an arrival that may go to another engine;
+    `delivered`: when clients receive the first steps' tokens (their output work was
+    submitted to the front end ahead of a front-end event)."""
+    ids: np.ndarray
+    c: list
+    g: list
+    room: list
+    clock: float
+    B: int
+    ctx_sum0: int
+    ctx_max0: int
+    kmax: int
+    own: float
+    ends: list = dataclasses.field(default_factory=list)
+    open: bool = False
+    delivered: list = dataclasses.field(default_factory=list)  # clients' times, first steps
 
 
 class ChunkedEngine(EngineBase):
@@ -128,18 +156,31 @@ class ChunkedEngine(EngineBase):
         self._wake = None
         self.num_preemptions = 0
         self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
+        self._pending: _Leap | None = None  # a leap priced but not yet committed
+        self._proc = None  # this engine's SimPy process (a cut leap interrupts its wait)
+        # arrivals that came to this engine / went elsewhere while a leap waited for them:
+        # once most go elsewhere, leaps are priced to their own bounds at once (`_price`)
+        self._arrivals_here = self._arrivals_elsewhere = 0
 
     # -- queue interface used by the router ---------------------------------------------
     def load(self) -> int:
         return len(self.running) + len(self.waiting)
 
     def enqueue(self, rid: int) -> None:
-        fe = self.frontend
+        now, fe = self.ctx.env.now, self.frontend
+        if self._pending is not None and self._pending.open:
+            self._arrivals_here += 1
         if fe is None:
+            if self._pending is not None:  # the engine sees it at the end of the step in flight
+                self._bound_leap(now)
             self._arrive(rid)
             return
-        fe.admit(self.ctx.env.now, int(self.ctx.table.prompt[rid]))
+        if self._pending is not None:  # output work ending before it precedes its admission
+            self._deliver_before(now)
+        fe.admit(now, int(self.ctx.table.prompt[rid]))
         self._in_frontend.append(rid)
+        if self._pending is not None:
+            self._bound_leap(self._own_next_s())
         if len(self._in_frontend) == 1:
             self.ctx.env.process(self._front_end())
 
@@ -150,17 +191,19 @@ class ChunkedEngine(EngineBase):
             if fe.head_done > env.now:
                 yield at(env, fe.head_done)
                 continue
+            if self._pending is not None:  # output work ending before the pop precedes it
+                self._deliver_before(env.now)
             fe.pop(env.now)
             rid = q.popleft()
             t = env.now + fe.in_delay_s
             if t > env.now:
                 self._admitting.append(t)
-                env.process(self._admit_at(rid, t))
+                at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
             else:
                 self._arrive(rid)
 
-    def _admit_at(self, rid: int, t: float):
-        yield at(self.ctx.env, t)
+    def _admitted(self, rid: int) -> None:
+        """`rid` reaches the engine core, `in_delay_s` after its admission work ended."""
         self._admitting.popleft()  # a constant delay keeps completions in order
         self._arrive(rid)
 
@@ -171,11 +214,9 @@ class ChunkedEngine(EngineBase):
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
-    def _next_arrival_s(self) -> float:
-        """The next time a request can reach this engine (bounds event leaps)."""
-        nxt = self.ctx.source.next_arrival_s
-        if self._admitting:
-            nxt = min(nxt, self._admitting[0])
+    def _own_next_s(self) -> float:
+        """The next time a request this engine already took can reach its waiting queue."""
+        nxt = self._admitting[0] if self._admitting else INF
         if self._in_frontend:
             nxt = min(nxt, self.frontend.head_done + self.frontend.in_delay_s)
         return nxt
@@ -208,6 +249,7 @@ class ChunkedEngine(EngineBase):
     # -- the engine process ---------------------------------------------------------------
     def run(self):
         env, rec = self.ctx.env, self.ctx.recorder
+        self._proc = env.active_process
         while True:
             if not self.running and not self.waiting:
                 self._wake = env.event()
@@ -215,11 +257,9 @@ class ChunkedEngine(EngineBase):
                 self._wake = None
                 self.clock = max(self.clock, env.now)
                 continue
-            if self.cfg.leap:
-                k = self._leap()
-                if k:
-                    yield at(env, max(self.clock, env.now))
-                    continue
+            if self.cfg.leap and self._leap():
+                yield from self._await_leap()
+                continue
             if self._async:  # back to back: this step was scheduled when the last began
                 self._cutoff = self._prev_start if self._prev_end == self.clock else self.clock
             ids, n = self._schedule()
@@ -260,7 +300,8 @@ class ChunkedEngine(EngineBase):
         t = self.ctx.table
         if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here
             pre_n, pre_c, dctx, sample = [], [], [], []
-            for x, k, tok, g in zip(t.computed[ids].tolist(), n.tolist(),
+            nl = n.tolist()
+            for x, k, tok, g in zip(t.computed[ids].tolist(), nl,
                                     t.num_tokens[ids].tolist(), t.generated[ids].tolist()):
                 if k == 1 and x == tok - 1 and g > 0:
                     dctx.append(x + 1)
@@ -270,7 +311,7 @@ class ChunkedEngine(EngineBase):
                 sample.append(x + k == tok)
             dc = np.array(dctx, dtype=np.int64)
             shape = BatchShape(
-                num_tokens=int(n.sum()), prefill_chunks=np.array(pre_n, dtype=np.int64),
+                num_tokens=sum(nl), prefill_chunks=np.array(pre_n, dtype=np.int64),
                 prefill_ctx=np.array(pre_c, dtype=np.int64), num_decodes=len(dctx),
                 decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample), decode_ctx=dc)
             self.prefill_tokens += shape.num_tokens - shape.num_decodes
@@ -315,13 +356,20 @@ class ChunkedEngine(EngineBase):
 
     # -- event leaping --------------------------------------------------------------------
     def _leap_state(self):
-        """(ids, computed, generated, room) of a running batch that may leap (all decoding,
-        and with requests waiting the head of the queue blocked for the whole leap: free
-        blocks only shrink while decoding), else None; room = tokens each request's held KV
-        blocks still fit."""
+        """(ids, computed, generated, room, most steps, most new blocks) of a running batch
+        that may leap, else None; room = tokens each request's held KV blocks still fit.
+        The batch must be all decoding, and a waiting head must stay blocked for the whole
+        leap: free blocks only shrink while decoding, and with prefix caching the leap stops
+        before an allocation could evict one of the head's cached hits (the only way its
+        admission could get cheaper). Under async scheduling a head the next step will not
+        see (it reached the engine after the step was scheduled) allows one step."""
         running = self.running
         if not running or len(running) > self.budget:
             return None
+        waiting = self.waiting
+        if waiting and self._head_seen() and self._head_admits(
+                len(running), self.pool.num_free - len(running)):
+            return None  # admissible even if every decode takes a new block: no leap
         t = self.ctx.table
         ids = np.array(running, dtype=np.int64)
         c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
@@ -330,59 +378,159 @@ class ChunkedEngine(EngineBase):
             return None  # a prefill (or recompute) is in flight
         bs = self.pool.block_size
         room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
-        if self.waiting and self._head_admissible(
-                len(running), self.pool.num_free - _new_blocks(room, 1, bs)):
-            return None
-        return ids, c, g, room
+        free = self.pool.num_free
+        most, cap = LEAP_CAP, free
+        if waiting:
+            need = self._head_blocks(len(running))
+            if need is not None and need <= free - _new_blocks(room, 1, bs):
+                if self._head_seen():
+                    return None
+                most = 1  # the next step decodes only
+            elif self.pc is not None and need is not None:
+                # Allocations evict from the free queue's head. Evicting a shared hit can
+                # break the head's hit prefix and leave cached blocks behind it unused,
+                # making admission cheaper: stop before that. Evicting a block of its private
+                # run loses one hit, which costs a new block or frees a cached one, never
+                # more than the block the allocation took: harmless while the head is blocked
+                # even with no allocation (need > free), as free blocks only shrink.
+                r = waiting[0]
+                hashes, h, _, _ = self._lookup(r)
+                cap = self.pool.free_ahead(hashes[:h], r if need <= free else None)
+        return ids, c, g, room, most, cap
+
+    def _head_seen(self) -> bool:
+        """Will the next step see the head of the queue? Under async scheduling only if it
+        reached the engine by the step's cutoff (as `run` sets it)."""
+        if not self._async:
+            return True
+        cutoff = self._prev_start if self._prev_end == self.clock else self.clock
+        return self._reached.get(self.waiting[0], -1.0) <= cutoff
 
     def _leap(self) -> int:
-        """Advance the decode-only batch k >= 2 steps at once (0: it cannot leap); the same
-        state, token times and samples as k single steps."""
+        """Price the decode-only batch's next k >= 1 steps at once (0: it cannot leap) and
+        keep them pending (`_Leap`); they are committed when the engine wakes at their end
+        (`_await_leap`). The same state and token times as k single steps.
+
+        A leap stops at the first step ending at or after the next time one of this
+        engine's own requests reaches its queue (`_bound_leap` moves that earlier when a new
+        one arrives), at the first finish and where KV runs out. It is priced up to the next
+        arrival anywhere and extended past it when the router sends that arrival elsewhere,
+        so replicas do not stop for each other's arrivals. With vLLM's front end, the output
+        work of the steps that ended before a front-end event (an admission submitted or
+        completed) is submitted just before it (`_deliver_before`): the front end serves work
+        in time order, and stepping would have submitted it by then."""
         st = self._leap_state()
         if st is None:
             return 0
-        ids, c, g, room = st
+        ids, c, g, room, most, cap = st
         t, bs = self.ctx.table, self.pool.block_size
-        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
-        free = self.pool.num_free
-        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= free)
-        if kmax < 2:
+        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), most)
+        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= cap)
+        if kmax < 1:
             return 0
         B = len(c)
-        clock = self.clock
-        ends = leap_ends(self.cost, clock, B, sum(c) + B, max(c) + 1, kmax,
-                         self._next_arrival_s(), self._step_hint)
-        self._step_hint = (ends[-1] - clock) / len(ends)
-        if self.frontend is not None:
-            # the front end serves work in time order: a leap may only submit the output work
-            # of steps that end before the next arrival submits its admission work and before
-            # the admission in service completes (its successor starts then)
-            cut = self.ctx.source.next_arrival_s
-            if self._in_frontend:
-                cut = min(cut, self.frontend.head_done)
-            ends = ends[:bisect.bisect_left(ends, cut)]
-        k = len(ends)
-        if k < 2:
+        p = _Leap(ids, c, g, room, self.clock, B, sum(c) + B, max(c) + 1, kmax,
+                  self._own_next_s())
+        self._price(p)
+        if not p.ends:
             return 0
-        self._prev_start, self._prev_end = ends[k - 2], ends[k - 1]
-        nb = _new_blocks(room, k, bs)
-        if nb:
-            self.pool.allocate(nb)
-            t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(t.blocks[ids].tolist(), c)]
+        self._pending = p
+        return 1
+
+    def _price(self, p: _Leap) -> None:
+        """Price the pending leap up to its own bounds. A new leap is priced only up to the
+        first step ending at or after the next arrival anywhere (then `open`), which is where
+        a single engine's leap ends; once that arrival went elsewhere, the rest is priced in
+        one go (other engines take arrivals: pricing many steps in one call costs less than
+        waking at every arrival, and a cut drops the steps it makes unneeded). Once most
+        arrivals went elsewhere, new leaps are priced whole. The floats are the same however
+        a leap is priced (`leap_ends`)."""
+        k = len(p.ends)
+        clock = p.ends[-1] if k else p.clock
+        glob = self.ctx.source.next_arrival_s if not k and \
+            self._arrivals_elsewhere <= self._arrivals_here else INF
+        stop = min(p.own, glob)
+        ends = leap_ends(self.cost, clock, p.B, p.ctx_sum0 + p.B * k, p.ctx_max0 + k,
+                         p.kmax - k, stop, self._step_hint)
+        self._step_hint = (ends[-1] - clock) / len(ends)
+        p.open = k + len(ends) < p.kmax and glob < p.own
+        p.ends += ends
+
+    def _await_leap(self):
+        """Wait for the pending leap's end, extending it while the arrivals it stopped for
+        went to other engines, then commit it. A request reaching this engine meanwhile may
+        shorten it (`_bound_leap`, which interrupts this wait); front-end events submit the
+        output work of the steps that ended before them (`_deliver_before`)."""
+        env = self.ctx.env
+        while True:
+            p = self._pending
+            if p is None:  # committed meanwhile: the engine goes on from its clock
+                yield at(env, max(self.clock, env.now))
+                return
+            try:
+                yield at(env, max(p.ends[-1], env.now))
+            except simpy.Interrupt:
+                continue
+            if self._pending is not p:
+                continue
+            if p.open:
+                self._arrivals_elsewhere += 1
+                self._price(p)
+                if p.ends[-1] > env.now:
+                    continue
+            self._pending = None
+            self._commit_leap(p, len(p.ends))
+            return
+
+    def _bound_leap(self, own: float) -> None:
+        """One of this engine's requests can reach its queue at `own`: the pending leap's
+        last step is the first ending at or after it (stepping would see it then)."""
+        p = self._pending
+        if own >= p.own:
+            return
+        p.own = own
+        k = bisect.bisect_left(p.ends, own) + 1
+        if k <= len(p.ends):  # priced past it already
+            p.open = False
+            if k < len(p.ends):
+                del p.ends[k:]
+                self._proc.interrupt()  # wake at the new last step
+
+    def _deliver_before(self, now: float) -> None:
+        """Submit to the front end the output work of the pending steps that ended before
+        `now`, ahead of the front-end event at `now` (stepping would have submitted it by
+        then); the steps themselves are applied when the leap is committed."""
+        p = self._pending
+        k, j = bisect.bisect_left(p.ends, now), len(p.delivered)
+        if k > j:
+            p.delivered += self.frontend.deliver_list(p.ends[j:k], p.B)
+
+    def _commit_leap(self, p: _Leap, k: int) -> None:
+        """Apply the leap's first k steps."""
+        ends, ids, c, B = p.ends[:k], p.ids, p.c, p.B
+        t, bs = self.ctx.table, self.pool.block_size
+        self._prev_start, self._prev_end = (ends[k - 2] if k > 1 else p.clock), ends[k - 1]
+        grow = [i for i, r in enumerate(p.room) if r < k]  # those needing new blocks
+        if grow:
+            self.pool.allocate(_new_blocks(p.room, k, bs))
+            t.blocks[ids[grow]] = [-(-(c[i] + k) // bs) for i in grow]
         t.computed[ids] = [x + k for x in c]
         if self.ctx.recorder.trace is not None:
             self.ctx.recorder.trace.iteration(
-                f"engine {self.index}", clock, ends[-1], f"decode x{k}", steps=k,
+                f"engine {self.index}", p.clock, ends[-1], f"decode x{k}", steps=k,
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
-        times = ends if self.frontend is None else self.frontend.deliver_many(np.array(ends), B)
-        done = t.emit_steps(ids, times, g)
+        times = ends
+        if self.frontend is not None:
+            j = len(p.delivered)
+            times = p.delivered[:k] if j >= k else \
+                p.delivered + self.frontend.deliver_list(ends[j:], B)
+        done = t.emit_steps(ids, times, p.g)
         if len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
         self._sample()
-        return k
 
     # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
     def _admit(self, ids, n):
@@ -416,19 +564,28 @@ class ChunkedEngine(EngineBase):
         self._reached.pop(r, None)
         self.running.append(r)
 
-    def _head_admissible(self, num_running: int, free_blocks: int) -> bool:
-        """Would `_admit` take the head of the queue with this many running and free blocks?
-        With prefix caching: could it, now or after evictions shorten its cached prefix?
-        (`_leap_ok` leaps only while the head stays blocked.)"""
+    def _head_admits(self, num_running: int, free_blocks: int) -> bool:
+        """Would `_admit` take the head of the queue with this many running and free blocks?"""
+        need = self._head_blocks(num_running)
+        return need is not None and need <= free_blocks
+
+    def _head_blocks(self, num_running: int) -> int | None:
+        """Free blocks `_admit` needs to take the head of the queue with this many running
+        (with prefix caching: its new blocks plus its cached hits now in the free queue), or
+        None if the token budget or `max_num_seqs` stops it."""
         left = self.budget - num_running
         if left <= 0 or num_running >= self.max_seqs:
-            return False
+            return None
         t = self.ctx.table
         r = self.waiting[0]
         if self.pc is not None:
-            return self._head_admissible_cached(r, left, free_blocks)
-        return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left)) \
-            <= free_blocks
+            _, h, p, e = self._lookup(r)
+            k = min(int(t.num_tokens[r]) - (h + p) * self.pool.block_size, left)
+            t.computed[r], t.blocks[r] = (h + p) * self.pool.block_size, h + p
+            nb = self._admission_blocks(r, k)
+            t.computed[r] = t.blocks[r] = 0
+            return nb + e
+        return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left))
 
     # -- policy-specific parts ------------------------------------------------------------
     def _admission_blocks(self, rid: int, chunk: int) -> int:
@@ -536,19 +693,6 @@ class ChunkedEngine(EngineBase):
             new_n.append(k)
             left -= k
         return _appended(ids, n, new_ids, new_n)
-
-    def _head_admissible_cached(self, r: int, left: int, free_blocks: int) -> bool:
-        # Blocks to admit r = new blocks for its first chunk + cached hits now in the free
-        # queue. While decodes run, evictions can only shorten the hit prefix: the new blocks
-        # never shrink (vllm, sarathi) but the evictable hits can, so r counts as admissible
-        # if the new blocks alone fit (a leap then stops; stepping is exact).
-        t, bs = self.ctx.table, self.pool.block_size
-        _, h, p, _ = self._lookup(r)
-        k = min(int(t.num_tokens[r]) - (h + p) * bs, left)
-        t.computed[r], t.blocks[r] = (h + p) * bs, h + p
-        nb = self._admission_blocks(r, k)
-        t.computed[r] = t.blocks[r] = 0
-        return nb <= free_blocks
 
     def prefix_cache_stats(self) -> dict | None:
         if self.pc is None:

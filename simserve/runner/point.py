@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from simserve.errors import ConfigError, SimserveError
+from simserve.runner.csv_chunks import csv_text
 from simserve.runner.config import ExperimentConfig, PolicySpec
 from simserve.runner.storage import (atomic_folder, out_lock, records_frame, write_config,
                                      write_records)
@@ -214,7 +215,7 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
             first_chunk = [True]
 
             def sink(frame: pd.DataFrame) -> None:
-                frame.to_csv(f, header=first_chunk[0], index=False, float_format="%.9g")
+                f.write(csv_text(frame, header=first_chunk[0]))
                 first_chunk[0] = False
             results = run_all(sink)
         _write_summary_files(tmp, cfg, results)
@@ -231,8 +232,8 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     out = out.resolve()
     import pandas as pd
     with atomic_folder(out) as tmp:
-        pd.concat([r.requests for r in results], ignore_index=True).to_csv(
-            tmp / "requests.csv", index=False, float_format="%.9g")
+        with open(tmp / "requests.csv", "w", newline="") as f:
+            f.write(csv_text(pd.concat([r.requests for r in results], ignore_index=True)))
         _write_summary_files(tmp, cfg, results)
     return out
 

@@ -76,11 +76,15 @@ class FrontEnd:
         """`deliver` for consecutive steps ending at `ends` (nondecreasing), `outputs` tokens
         each, with the same float operations as one `deliver` call per step (event leaping
         must give byte-identical results to stepping)."""
+        return np.asarray(self.deliver_list(ends.tolist(), outputs), dtype=np.float64)
+
+    def deliver_list(self, ends: list[float], outputs: int) -> list[float]:
+        """`deliver_many` on plain floats."""
         w = self.out_s + self.out_n_s * outputs
         f, d, busy = self.out_free, self.out_delay_s, self.busy_s
         head = self.head_done if self.pending else float("-inf")   # no admission in service
         out = []
-        for e in ends.tolist():   # deliver()'s operations, without a call per step
+        for e in ends:   # deliver()'s operations, without a call per step
             start = e if e > f else f
             if start < head:
                 start = head
@@ -88,4 +92,4 @@ class FrontEnd:
             busy += w
             out.append(f + d)
         self.out_free, self.busy_s = f, busy
-        return np.asarray(out, dtype=np.float64)
+        return out

@@ -193,6 +193,23 @@ class PrefixCachingBlockPool(BlockPool):
                 q[x] = None
                 self.epoch += 1
 
+    def free_ahead(self, hashes, rid: int) -> int:
+        """Blocks `allocate` can take before it evicts one of the cached blocks `hashes` or
+        rid's private run (all free blocks if neither is in the free queue)."""
+        keys, pk, n = set(hashes), self.priv.get(rid), 0
+        for k, v in self._q.items():
+            if v is None:
+                if k in keys:
+                    return n
+                n += 1
+            elif type(v) is int:
+                n += v
+            elif k == pk:
+                return n
+            else:
+                n += v[1] - v[0]
+        return n
+
     # -- private runs ---------------------------------------------------------------------------
     def private_cached(self, rid: int) -> tuple[int, int]:
         """(first block, number of blocks) of rid's cached private run; (0, 0) if none."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from array import array
+
 import numpy as np
 
 from simserve.sim.records import RequestRecords
@@ -84,7 +86,11 @@ class RequestTable:
     def _room(self, ids: np.ndarray, k: int = 1) -> None:
         """Grow the ring until it holds every token from the oldest unretired request to the
         last of ids' next k tokens."""
-        top = int((self.offsets[ids] + self.generated[ids]).max()) + k
+        self._room_upto(int((self.offsets[ids] + self.generated[ids]).max()) + k)
+
+    def _room_upto(self, top: int) -> None:
+        """Grow the ring until it holds every token from the oldest unretired request to
+        token offset `top` (exclusive)."""
         if top > self._top:
             self._top = top
         base = int(self.offsets[self.num_retired])
@@ -207,6 +213,8 @@ class RequestTable:
         """len(times) consecutive tokens for each id (a leap of k decode steps: `emit_many` of
         the first k - 1, then `emit` of the last); `generated`: the ids' counts before, when
         the caller has them (none may be 0: no first tokens). Returns the ids that finished."""
+        if generated is not None and len(ids) <= SMALL:
+            return self._emit_steps_small(ids, times, generated)
         if self._mask is not None:  # a streaming table: the ring-aware general path
             times = np.asarray(times, dtype=np.float64)
             if len(times) > 1:
@@ -219,29 +227,64 @@ class RequestTable:
             first = ids[g == 0]
             if len(first):
                 self.first_token[first] = times[0]
-        else:
-            g = generated
-        tt = self.token_times
-        if len(ids) <= SMALL:  # each request's tokens are one contiguous slice
-            for o, x in zip(self.offsets[ids].tolist(), list(g)):
-                tt[o + x:o + x + k] = times
-        else:
-            tt[(self.offsets[ids] + g)[:, None] + np.arange(k)] = times
-        self.num_tokens[ids] += k
-        self.num_emitted += k * len(ids)
-        if generated is not None:
-            g = [x + k for x in g]
-            self.generated[ids] = g
-            done = _finished(ids.tolist(), g, self.output[ids].tolist())
-        else:
+            tt = self.token_times
+            if len(ids) <= SMALL:  # each request's tokens are one contiguous slice
+                for o, x in zip(self.offsets[ids].tolist(), g.tolist()):
+                    tt[o + x:o + x + k] = times
+            else:
+                tt[(self.offsets[ids] + g)[:, None] + np.arange(k)] = times
             g = g + k
             self.generated[ids] = g
             done = ids[g >= self.output[ids]]
+        else:
+            self.token_times[(self.offsets[ids] + generated)[:, None] + np.arange(k)] = times
+            g = [x + k for x in generated]
+            self.generated[ids] = g
+            done = _finished(ids.tolist(), g, self.output[ids].tolist())
+        self.num_tokens[ids] += k
+        self.num_emitted += k * len(ids)
+        return self._finished_at(done, float(times[-1]))
+
+    def _emit_steps_small(self, ids: np.ndarray, times, generated: list[int]) -> np.ndarray:
+        """`emit_steps` for a few requests on plain ints: each request's tokens are one
+        slice of the token table (of the ring, split where it wraps), written through a
+        memoryview (a numpy slice assignment costs twice as much)."""
+        k = len(times)
+        tl = times if type(times) is list else times.tolist()
+        src = array("d", tl)
+        starts = [o + x for o, x in zip(self.offsets[ids].tolist(), generated)]
+        mask = self._mask
+        if mask is not None:
+            self._room_upto(max(starts) + k)
+            mask = self._mask
+            cap = mask + 1
+            tt = memoryview(self.token_times)
+            for o in starts:
+                a = o & mask
+                if a + k <= cap:
+                    tt[a:a + k] = src
+                else:
+                    tt[a:] = src[:cap - a]
+                    tt[:a + k - cap] = src[cap - a:]
+        else:
+            tt = memoryview(self.token_times)
+            for a in starts:
+                tt[a:a + k] = src
+        self.num_tokens[ids] += k
+        self.num_emitted += k * len(starts)
+        g = [x + k for x in generated]
+        self.generated[ids] = g
+        return self._finished_at(_finished(ids.tolist(), g, self.output[ids].tolist()), tl[-1])
+
+    def _finished_at(self, done: np.ndarray, t: float) -> np.ndarray:
+        """Record that `done` finished at t."""
         if len(done):
-            self.finish[done] = times[-1]
+            self.finish[done] = t
             self.num_finished += len(done)
             if self.on_finish is not None:
-                self.on_finish(len(done), float(times[-1]))
+                self.on_finish(len(done), t)
+            if self._mask is not None:
+                self._finished_upto()
         return done
 
     def records(self) -> RequestRecords:

@@ -83,25 +83,26 @@ def waterfill(tokens: int, loads: Sequence[int], level: int) -> tuple[int, ...]:
 
 
 class _Search:
-    """The per-call state of one dispatch: everything that does not depend on the level."""
+    """The per-call state of one dispatch: everything that does not depend on the level.
+    `nd`, `t_d`: the ranks' decodes and T_D (`decode_state`); `work`: Σ prefill work of the
+    chunks already placed this iteration."""
 
-    def __init__(self, tau: float, est: ConfluxEstimator, ranks: Sequence[RankState],
-                 ap: Sequence[int], prefills: Sequence[tuple[int, int]], cand: Candidate | None):
-        if len(ranks) == 0:
-            raise ConfigError("dispatch: ranks_state: expected at least one rank")
-        if len(ap) != len(ranks):
-            raise ConfigError(f"dispatch: Ap: expected {len(ranks)} per-rank counts, got {len(ap)}")
-        if cand is not None and (cand.remaining_tokens < 0 or cand.context_tokens < 0):
-            raise ConfigError(f"dispatch: candidate: token counts must be >= 0, got {cand}")
+    __slots__ = ("tau", "est", "cand", "m", "ap", "nd", "loads", "max_load", "work", "t_d",
+                 "_times", "_past")
+
+    def __init__(self, tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+                 ap: list[int], work: float, cand: Candidate | None):
         self.tau, self.est, self.cand = tau, est, cand
-        self.ap = [int(x) for x in ap]
-        self.nd = [r.num_decodes for r in ranks]
-        self.loads = [a + d for a, d in zip(self.ap, self.nd)]
+        self.m = None if cand is None else cand.remaining_tokens
+        self.ap, self.nd, self.work, self.t_d = ap, nd, work, t_d
+        self.loads = [a + d for a, d in zip(ap, nd)]
         self.max_load = max(self.loads)
-        self.work = sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
-        self.t_d = est.decode_path(self.nd, [r.decode_ctx_tokens for r in ranks],
-                                   [r.decode_max_ctx for r in ranks])
         self._times: dict[int, float] = {}
+        # (time, extra per rank) of every level whose room exceeds the candidate's tokens:
+        # waterfill(m, loads, level) is the same there (the level only caps the pouring, and
+        # m fits below any such level; tests/test_conflux_speed.py), so one evaluation serves
+        # them all
+        self._past: tuple[float, tuple[int, ...]] | None = None
 
     def room(self, level: int) -> int:
         """B(level): tokens that fit below `level` on top of the current loads."""
@@ -111,38 +112,51 @@ class _Search:
                 r += level - x
         return r
 
-    def fill(self, level: int) -> tuple[int, ...]:
-        """Extra prefill tokens per rank at `level` (the candidate's chunk, capped at m_i)."""
-        room = self.room(level)
-        if self.cand is None or self.cand.remaining_tokens >= room:
-            return tuple(max(0, level - x) for x in self.loads)
-        return waterfill(self.cand.remaining_tokens, self.loads, level)
+    def fill(self, tokens: int, level: int) -> tuple[int, ...]:
+        """Extra prefill tokens per rank for `tokens` (at most room(level)) below `level`:
+        waterfill's split. All of the room is every rank filled to `level`; the candidate's
+        m_i below a level with more room is the split `past` already made."""
+        if tokens == self.m and self._past is not None:
+            return self._past[1]
+        if tokens == self.room(level):
+            return tuple(level - x if level > x else 0 for x in self.loads)
+        return waterfill(tokens, self.loads, level)
+
+    def past(self, level: int) -> tuple[float, tuple[int, ...]]:
+        """(time, extra) at a level whose room exceeds the candidate's m_i tokens."""
+        if self._past is None:
+            extra = waterfill(self.m, self.loads, level)
+            n_p = [a + e for a, e in zip(self.ap, extra)]
+            max_tokens, max_p = max(p + d for p, d in zip(n_p, self.nd)), max(n_p)
+            work = self.work
+            if self.m > 0:
+                work += prefill_work(self.m, self.cand.context_tokens)
+            self._past = (self.est.combine(max_tokens, max_p, work, len(self.ap), self.t_d),
+                          extra)
+        return self._past
 
     def time(self, level: int) -> float:
         t = self._times.get(level)
         if t is not None:
             return t
-        cand = self.cand
-        if cand is None or cand.remaining_tokens >= self.room(level):
-            # every rank filled up to `level`: its tokens are max(load, level), the largest
-            # of them max(max load, level)
-            chunk, max_p = 0, None
-            for a, x in zip(self.ap, self.loads):
-                e = level - x if level > x else 0
-                chunk += e
-                if max_p is None or a + e > max_p:
-                    max_p = a + e
-            max_tokens = level if level > self.max_load else self.max_load
-        else:
-            extra = waterfill(cand.remaining_tokens, self.loads, level)
-            chunk = sum(extra)
-            n_p = [a + e for a, e in zip(self.ap, extra)]
-            max_tokens, max_p = max(p + d for p, d in zip(n_p, self.nd)), max(n_p)
+        m = self.m
+        chunk, max_p = 0, None
+        for a, x in zip(self.ap, self.loads):
+            e = level - x if level > x else 0
+            chunk += e
+            if max_p is None or a + e > max_p:
+                max_p = a + e
+        if m is not None and m < chunk:   # chunk is room(level) here
+            t = self._times[level] = self.past(level)[0]
+            return t
+        # every rank filled up to `level`: its tokens are max(load, level), the largest
+        # of them max(max load, level)
+        max_tokens = level if level > self.max_load else self.max_load
         work = self.work
         # without a candidate the extra tokens carry no attention work (paper App. E: the
         # reference budget omits the candidate-specific prefill workload)
-        if cand is not None and chunk > 0:
-            work += prefill_work(chunk, cand.context_tokens)
+        if m is not None and chunk > 0:
+            work += prefill_work(chunk, self.cand.context_tokens)
         t = self._times[level] = self.est.combine(max_tokens, max_p, work, len(self.ap),
                                                   self.t_d)
         return t
@@ -152,7 +166,57 @@ class _Search:
 
     def saturated(self, level: int) -> bool:
         """Past this level the candidate's chunk no longer grows, so neither does the time."""
-        return self.cand is not None and self.room(level) >= self.cand.remaining_tokens
+        return self.m is not None and self.room(level) >= self.m
+
+
+def decode_state(est: ConfluxEstimator, ranks: Sequence[RankState]
+                 ) -> tuple[list[int], float | None]:
+    """The ranks' decodes and T_D: what every dispatch of one iteration shares."""
+    if len(ranks) == 0:
+        raise ConfigError("dispatch: ranks_state: expected at least one rank")
+    nd = [r.num_decodes for r in ranks]
+    return nd, est.decode_path(nd, [r.decode_ctx_tokens for r in ranks],
+                               [r.decode_max_ctx for r in ranks])
+
+
+def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+            ap: Sequence[int] | None, work: float, cand: Candidate | None, quantum: int,
+            max_level: int, hint: int | None) -> tuple[int, _Search]:
+    """(n_tgt, the search's state): `find_level` on a prepared decode state."""
+    if quantum < 1:
+        raise ConfigError(f"dispatch: quantum: expected a positive integer, got {quantum!r}")
+    if tau <= 0:
+        raise ConfigError(f"dispatch: tau: expected a positive TBT SLO, got {tau!r}")
+    if ap is None:
+        ap = [0] * len(nd)
+    elif len(ap) != len(nd):
+        raise ConfigError(f"dispatch: Ap: expected {len(nd)} per-rank counts, got {len(ap)}")
+    else:
+        ap = [int(x) for x in ap]
+    if cand is not None and (cand.remaining_tokens < 0 or cand.context_tokens < 0):
+        raise ConfigError(f"dispatch: candidate: token counts must be >= 0, got {cand}")
+    s = _Search(tau, est, nd, t_d, ap, work, cand)
+    top = max_level // quantum
+    if top < 1:
+        return 0, s
+    if hint is not None:
+        return _from_hint(s, top, quantum, hint), s
+    if not s.ok(quantum):
+        return 0, s
+    lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
+    while hi is None:
+        if s.saturated(lo * quantum) or lo >= top:
+            return min(lo, top) * quantum, s
+        nxt = min(2 * lo, top)
+        if s.ok(nxt * quantum):
+            lo = nxt
+        else:
+            hi = nxt
+    return _bisect(s, lo, hi, quantum), s
+
+
+def _work(prefills: Sequence[tuple[int, int]]) -> float:
+    return sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
 
 
 def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState],
@@ -166,29 +230,9 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
     With a `hint` (a level near the answer, e.g. the last one) the same answer is found by
     galloping from it (`_from_hint`), in O(log |answer − hint|) estimates.
     """
-    if quantum < 1:
-        raise ConfigError(f"dispatch: quantum: expected a positive integer, got {quantum!r}")
-    if tau <= 0:
-        raise ConfigError(f"dispatch: tau: expected a positive TBT SLO, got {tau!r}")
-    s = _Search(tau, est, ranks_state, Ap if Ap is not None else [0] * len(ranks_state),
-                prefills, candidate)
-    top = max_level // quantum
-    if top < 1:
-        return 0
-    if hint is not None:
-        return _from_hint(s, top, quantum, hint)
-    if not s.ok(quantum):
-        return 0
-    lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
-    while hi is None:
-        if s.saturated(lo * quantum) or lo >= top:
-            return min(lo, top) * quantum
-        nxt = min(2 * lo, top)
-        if s.ok(nxt * quantum):
-            lo = nxt
-        else:
-            hi = nxt
-    return _bisect(s, lo, hi, quantum)
+    nd, t_d = decode_state(est, ranks_state)
+    return _search(tau, est, nd, t_d, Ap, _work(prefills), candidate, quantum, max_level,
+                   hint)[0]
 
 
 def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
@@ -198,8 +242,12 @@ def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
     first unsafe one. The time being nondecreasing in the level, both are "the highest safe
     multiple up to P", which any bracketing finds (0 if even 1 is unsafe)."""
     P = 1
-    while not (s.saturated(P * q) or P >= top):
-        P = min(2 * P, top)
+    m = s.m
+    if m is None:
+        P = top
+    else:
+        while not (P >= top or s.room(P * q) >= m):
+            P = min(2 * P, top)
     h = min(max(hint // q, 1), P)
     step = 1
     if s.ok(h * q):                # safe up to h: gallop up
@@ -247,15 +295,23 @@ def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState]
     (ℓ, c) chunks. Without a candidate, returns the reference budget B (int); with one,
     (ℓ_i, A_i): its chunk length min(m_i, B) and the per-rank split of that chunk.
     `hints` (a dict the caller keeps): the last levels found, to search from (same answers)."""
-    ap = list(Ap) if Ap is not None else [0] * len(ranks_state)
+    nd, t_d = decode_state(est, ranks_state)
+    return dispatch_on(tau, est, nd, t_d, Ap, candidate, quantum, _work(prefills), max_level,
+                       hints)
+
+
+def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+                Ap: Sequence[int] | None, candidate: Candidate | None, quantum: int,
+                work: float, max_level: int, hints: dict | None):
+    """`dispatch` on a prepared decode state (`decode_state`) and Σ prefill work of the
+    chunks already placed: what Alg. 1 calls once per candidate of an iteration."""
     key = candidate is not None
-    level = find_level(tau, est, ranks_state, ap, prefills, candidate, quantum, max_level,
+    level, s = _search(tau, est, nd, t_d, Ap, work, candidate, quantum, max_level,
                        None if hints is None else hints.get(key, 0))
     if hints is not None:
         hints[key] = level
-    loads = [a + r.num_decodes for a, r in zip(ap, ranks_state)]
-    budget = sum(max(0, level - x) for x in loads)
+    budget = s.room(level)
     if candidate is None:
         return budget
     ell = min(candidate.remaining_tokens, budget)
-    return ell, waterfill(ell, loads, level)
+    return ell, s.fill(ell, level)

@@ -11,10 +11,13 @@ import numpy as np
 
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
+from simserve.policies.conflux.leap import leap_instance
 from simserve.policies.conflux.plan import plan_prefills
+from simserve.policies.sp_leap import flat_decodes
 from simserve.policies.sp_ranks import SpRanksEngine
 
 _ADMISSION = {"slo": "moore_hodgson", "fcfs": "fcfs"}
+_FEW = 8  # pending prompts read one by one (more: gathered with numpy)
 
 
 class XpInstance(SpRanksEngine):
@@ -24,6 +27,8 @@ class XpInstance(SpRanksEngine):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._hints: dict = {}    # the last water levels found (searches start there)
+        self._specs: dict = {}    # req_id -> its PendingPrefill while it stays as it was
+        self._flat: tuple = (None, None)   # (decode lists, _flat_decodes of them)
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -34,28 +39,66 @@ class XpInstance(SpRanksEngine):
         return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
                     conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
 
+    def _leap(self) -> int:
+        return leap_instance(self)
+
+    def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
+        """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
+        (tokens in KV plus the new one; 0 without decodes): `_rank_states()` and `_rank_max()`
+        from one gather of the decodes' contexts (growing leaves the contexts as they were)."""
+        t, bs, R = self.ctx.table, self.cfg.block_size, self.R
+        flat, nd, nz, idx = self._flat_decodes()
+        if not nz:
+            return nd, [0] * R, [0] * R
+        c = t.computed[flat]
+        nb = (c + bs) // bs        # blocks for c + 1 tokens
+        nb -= t.blocks[flat]
+        np.maximum(nb, 0, out=nb)
+        sums = np.add.reduceat(np.stack((nb, c)), idx, axis=1).tolist()
+        need = [0] * R
+        for r, x in zip(nz, sums[0]):
+            need[r] = x
+        if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
+            for x, p in zip(need, self.pools):
+                p.allocate(x)
+            t.blocks[flat] += nb
+        else:  # some rank preempts: the general path, then the survivors' contexts
+            self._grow_decodes()
+            flat, nd, nz, idx = self._flat_decodes()
+            if not nz:
+                return nd, [0] * R, [0] * R
+            c = t.computed[flat]
+            sums = [None, np.add.reduceat(c, idx).tolist()]
+        dctx, rmax = [0] * R, [0] * R
+        for r, x, m in zip(nz, sums[1], np.maximum.reduceat(c, idx).tolist()):
+            dctx[r], rmax[r] = x + nd[r], m + 1
+        return nd, dctx, rmax
+
+    def _flat_decodes(self) -> tuple[np.ndarray, list[int], list[int], list[int]]:
+        """`sp_leap.flat_decodes` of the decode lists (kept while they stay as they were): the
+        ids, decodes per rank, the ranks with decodes and where each one's ids start."""
+        key, val = self._flat
+        if key != self.decodes:
+            flat, starts, nd = flat_decodes(self.decodes)
+            nz = [r for r, n in enumerate(nd) if n]
+            self._flat = ([list(ids) for ids in self.decodes],
+                          (flat, nd, nz, [starts[r] for r in nz]))
+            val = self._flat[1]
+        return val
+
     def _iteration(self):
         t, cfg, R = self.ctx.table, self.cfg, self.R
-        self._grow_decodes()
-        nd, dctx = self._rank_states()
-        states = [RankState(n, c, p.num_used, p.num_blocks, m)
-                  for n, c, p, m in zip(nd, dctx, self.pools, self._rank_max())]
-        pend = np.asarray(self.pending, dtype=np.int64)
-        chunks = []
-        if len(pend):
-            rem = t.num_tokens[pend] - t.computed[pend]
-            ttft = cfg.ttft_ms * 1e-3
-            specs = [PendingPrefill(int(i), float(t.arrival[i]), float(t.arrival[i]) + ttft,
-                                    int(m), int(c))
-                     for i, m, c in zip(pend.tolist(), rem.tolist(), t.computed[pend].tolist())]
-            needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
-            _, chunks = plan_prefills(
-                specs, needs, self.shard[pend].tolist(), states, [p.num_free for p in self.pools],
-                self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
-                quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
-                max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
-        if not chunks and not any(nd):
-            return None
+        nd, dctx, rmax = self._decode_state()
+        chunks = self._plan(nd, dctx, rmax) if self.pending else []
+        if not chunks:
+            if not any(nd):
+                return None
+            # decode-only: `decode_steps_s` at step 0 gives `iteration_s`'s floats (its
+            # decode-only branch, `decode_only_s`) from the ranks' cached decode lines
+            dt = float(self.cost.decode_steps_s(nd, dctx, rmax, 0, 1)[0])
+            dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
+            self.last_prefill_per_rank = [0] * R
+            return dt, lambda: self._apply(dec_ids, (), ())
         n_p = [0] * R
         for ch in chunks:  # commit the plan's KV (the plan checked it against these pools)
             n_p = [a + b for a, b in zip(n_p, ch.per_rank)]
@@ -72,11 +115,52 @@ class XpInstance(SpRanksEngine):
         dt = self.cost.iteration_s(
             n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
             np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
-            self._rank_max())
-        if chunks and self.tracker is not None:  # the estimate this dispatch planned against
+            rmax)
+        if self.tracker is not None:  # the estimate this dispatch planned against
             self.tracker.add(dt, self.est.iteration_time(
-                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], self._rank_max()))
-        dec_ids = np.asarray([i for ids in self.decodes for i in ids], dtype=np.int64)
+                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], rmax))
+        dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 
+    def _pending_specs(self) -> tuple[list[PendingPrefill], list[bool], list[int]]:
+        """The pending prompts as Alg. 1 sees them, whether each decodes after its next token,
+        and the shard blocks each holds. A prompt's spec is kept while its tokens in KV and to
+        prefill stay as they were (most iterations leave all but the first prompt alone)."""
+        t, cache = self.ctx.table, self._specs
+        if len(cache) > 2 * len(self.pending) + 64:
+            cache.clear()
+        ids = self.pending
+        ttft = self.cfg.ttft_ms * 1e-3
+        if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
+            comp = [int(t.computed[i]) for i in ids]
+            rem = [int(t.num_tokens[i]) - c for i, c in zip(ids, comp)]
+            needs = [bool(t.generated[i] + 1 < t.output[i]) for i in ids]
+            held = [int(self.shard[i]) for i in ids]
+        else:
+            pend = np.asarray(ids, dtype=np.int64)
+            comp = t.computed[pend].tolist()
+            rem = (t.num_tokens[pend] - t.computed[pend]).tolist()
+            needs = (t.generated[pend] + 1 < t.output[pend]).tolist()
+            held = self.shard[pend].tolist()
+        specs = []
+        for i, m, c in zip(ids, rem, comp):
+            p = cache.get(i)
+            if p is None or p.remaining_tokens != m or p.context_tokens != c:
+                a = float(t.arrival[i])
+                p = cache[i] = PendingPrefill(int(i), a, a + ttft, m, c)
+            specs.append(p)
+        return specs, needs, held
+
+    def _plan(self, nd: list[int], dctx: list[int], rmax: list[int]) -> list:
+        """Alg. 1's chunks for this iteration (`plan.plan_prefills`) over the pending prompts."""
+        cfg = self.cfg
+        states = [RankState(n, c, p.num_used, p.num_blocks, m)
+                  for n, c, p, m in zip(nd, dctx, self.pools, rmax)]
+        specs, needs, held = self._pending_specs()
+        _, chunks = plan_prefills(
+            specs, needs, held, states, [p.num_free for p in self.pools],
+            self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
+            quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
+            max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
+        return chunks

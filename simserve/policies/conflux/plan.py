@@ -8,12 +8,12 @@ needs no decode rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
-from simserve.policies.conflux.dispatch import Candidate, RankState, dispatch
-from simserve.policies.conflux.estimator import ConfluxEstimator
+from simserve.policies.conflux.dispatch import Candidate, RankState, decode_state, dispatch_on
+from simserve.policies.conflux.estimator import ConfluxEstimator, prefill_work
 from simserve.policies.conflux.placement import place_decode
 from simserve.policies.sp_ranks import blocks_for, shard_blocks
 
@@ -36,23 +36,33 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   quantum: int, eta: float, headroom: float, block_size: int,
                   max_level: int, margin: float = 0.0, hints: dict | None = None
                   ) -> tuple[int, list[Chunk]]:
-    """(B0, accepted chunks in scheduling order). `needs_decode[k]`: pending[k] decodes after its
+    """(B0, accepted chunks in scheduling order; B0 None where admission did not need it). `needs_decode[k]`: pending[k] decodes after its
     first (next) token; `held_shard[k]`: shard blocks it already holds per rank; `free`: free
     blocks per rank after this iteration's decode growth; `hints`: see `dispatch`. Dispatch
     keeps the estimate within τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
     R = len(ranks)
     ap = [0] * R
     tau_d = tau * (1.0 - margin)
-    b0 = dispatch(tau_d, est, ranks, ap, None, quantum, max_level=max_level, hints=hints)
-    admitted, rejected = ADMISSION[admission](pending, b0, now_s, tau)
+    nd, t_d = decode_state(est, ranks)  # the same for every dispatch of this iteration
+    # B0 orders the prompts only through Moore–Hodgson's drops, and one prompt is in the same
+    # place whether admitted or dropped: then (and under FCFS) it is not searched for
+    b0 = None
+    if len(pending) == 1:  # admitted or dropped, a lone prompt is the whole order
+        order = list(pending)
+    else:
+        if admission == "moore_hodgson":
+            b0 = dispatch_on(tau_d, est, nd, t_d, ap, None, quantum, 0, max_level, hints)
+        admitted, rejected = ADMISSION[admission](pending, b0 or 0, now_s, tau)
+        order = admitted + rejected
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
     tentative = list(ranks)
-    prefills: list[tuple[int, int]] = []
+    work = 0   # Σ prefill work of the chunks placed so far, summed in their order
     out: list[Chunk] = []
-    for p in admitted + rejected:
-        ell, per = dispatch(tau_d, est, ranks, ap, Candidate(p.remaining_tokens, p.context_tokens),
-                            quantum, prefills, max_level=max_level, hints=hints)
+    for p in order:
+        ell, per = dispatch_on(tau_d, est, nd, t_d, ap,
+                               Candidate(p.remaining_tokens, p.context_tokens), quantum, work,
+                               max_level, hints)
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]
@@ -71,13 +81,12 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             if g is None or free[g] < new + dest:
                 break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
             s = tentative[g]
-            tentative[g] = replace(s, num_decodes=s.num_decodes + 1,
-                                   decode_ctx_tokens=s.decode_ctx_tokens + total,
-                                   decode_max_ctx=max(s.decode_max_ctx, total),
-                                   kv_used_blocks=s.kv_used_blocks + dest)
+            tentative[g] = RankState(s.num_decodes + 1, s.decode_ctx_tokens + total,
+                                     s.kv_used_blocks + dest, s.kv_total_blocks,
+                                     max(s.decode_max_ctx, total))
             free[g] -= dest
         free = [f - new for f in free]
         ap = [a + x for a, x in zip(ap, per)]
-        prefills.append((ell, p.context_tokens))
+        work += prefill_work(ell, p.context_tokens)
         out.append(Chunk(p.req_id, ell, p.context_tokens, tuple(per), finishes, g, new, dest))
     return b0, out
