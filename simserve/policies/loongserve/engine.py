@@ -314,7 +314,7 @@ class LoongEngine(DecodeRanks):
             t.computed[ids] += k
             # emit_many of k - 1 steps and emit of the last (emit alone is quicker for one)
             done = t.emit(ids, start + float(ends[0])) if k == 1 else \
-                t.emit_steps(ids, start + ends)
+                t.emit_steps(ids, (start + ends).tolist(), t.generated[ids].tolist())
             if len(done):
                 self._finish(done)
         # the prompts' chunks (`_apply` without decodes): the finished ones sample their

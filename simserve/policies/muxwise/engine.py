@@ -215,7 +215,8 @@ class MuxWiseEngine(EngineBase):
         self.clock = float(ends[kd - 1])
         # decodes have their first token (from the prefill): emit_steps' one call is
         # emit_many of the first kd - 1 steps and emit of the last (emit is quicker for one)
-        done = t.emit(ids, self.clock) if kd == 1 else t.emit_steps(ids, ends[:kd])
+        done = t.emit(ids, self.clock) if kd == 1 else \
+            t.emit_steps(ids, ends[:kd], t.generated[ids].tolist())
         t.computed[ids] += kd
         self.ctx.recorder.num_iterations += kd
         if len(done):
