@@ -58,18 +58,22 @@ class LoongCostModel(SpCostModel):
     def prefill_s(self, chunks: list[int], ctxs: list[int]) -> float:
         """`iteration_s(n_p, [0] * R, [0] * R, chunks, ctxs, len(chunks))` with the prompt
         tokens spread evenly over the R ranks (the first ones one more): seconds."""
-        R, n = self.R, sum(chunks)
+        n = sum(chunks)
         if n == 0:  # iteration_s takes its decode-only path: no decodes, no time
             return 0.0
-        n_p = [n // R + (1 if r < n % R else 0) for r in range(R)]
+        q, rem = divmod(n, self.R)  # ranks hold q + 1 (the first rem of them) or q tokens
+        busiest, rows = q + (1 if rem else 0), len(chunks)
         b = self.base
-        t_lin = max(b.dense_layer_us(x) for x in n_p)
-        t_p = self.prefill_path_us(n_p[0], np.array(chunks, dtype=np.int64),
-                                   np.array(ctxs, dtype=np.int64))
+        t_lin = b.dense_layer_us(busiest)  # the linear layers' maximum over the ranks
+        if rem and q:
+            t_lin = max(t_lin, b.dense_layer_us(q))
+        # prefill_path_us: both all-to-alls, then attention over every chunk
+        t_p = self.comm_us(busiest) + float(self.sp_prefill_attn(
+            np.array(chunks, dtype=np.int64), np.array(ctxs, dtype=np.int64)))
         layer = t_lin + t_p
-        busiest, rows = n_p[0], len(chunks)  # the first rank holds the most tokens
-        b._ensure(max(busiest, rows))
-        return (self.host_us([0], rows) + b.forward_us(busiest, layer, rows)) * 1e-6
+        b._ensure(busiest if busiest >= rows else rows)
+        # host_us: no decodes, one sequence per chunk
+        return (b.iter_us + b.per_seq_us * rows + b.forward_us(busiest, layer, rows)) * 1e-6
 
     def _attn(self, b: int, ctx_sum: np.ndarray, ctx_max: np.ndarray) -> np.ndarray:
         """`SpCostModel._attn` of consecutive steps (Σ context + b and longest + 1 per step,

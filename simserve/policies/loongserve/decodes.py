@@ -35,7 +35,8 @@ class DecodeRanks(SpRanksEngine):
         if n:
             ids = np.fromiter((i for a in decodes for i in a), dtype=np.int64, count=n)
             held = t.blocks[ids].tolist()
-            nb = [max(0, -(-(x + 1) // bs) - h) for x, h in zip(t.computed[ids].tolist(), held)]
+            nb = [d if (d := -(-(x + 1) // bs) - h) > 0 else 0  # max(0, d) without the call
+                  for x, h in zip(t.computed[ids].tolist(), held)]
             need, j = [], 0
             for a in decodes:
                 need.append(sum(nb[j:j + len(a)]))
@@ -88,7 +89,7 @@ class DecodeRanks(SpRanksEngine):
             j += n
 
         def extra(s: int) -> list[int]:  # per kept rank: blocks beyond those held for s steps
-            return [sum(max(0, -(-(x + s) // bs) - h) for x, h in p) for p in per]
+            return [sum(d for x, h in p if (d := -(-(x + s) // bs) - h) > 0) for p in per]
 
         # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
         # steps before it end within the span. The span is found first, then the KV checked
@@ -121,5 +122,5 @@ class DecodeRanks(SpRanksEngine):
             del ends[count:]
         for r, x in zip(keep, extra(count)):
             self.pools[r].allocate(x)
-        t.blocks[ids] = [max(h, -(-(x + count) // bs)) for h, x in zip(held, c)]
+        t.blocks[ids] = [h if h >= (b := -(-(x + count) // bs)) else b for h, x in zip(held, c)]
         return np.asarray(ends, dtype=np.float64), ids

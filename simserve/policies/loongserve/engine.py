@@ -111,9 +111,9 @@ class LoongEngine(DecodeRanks):
             return [0] * len(groups)
         a = np.fromiter((r for g in groups for r in g), dtype=np.int64, count=n)
         cap = self.lcfg.max_new_tokens_reserve
-        x = [max(0, -(-(nt + min(o - gen, cap)) // bs) - b) for nt, o, gen, b in zip(
-            t.num_tokens[a].tolist(), t.output[a].tolist(), t.generated[a].tolist(),
-            t.blocks[a].tolist())]
+        x = [d if (d := -(-(nt + (o - gen if o - gen < cap else cap)) // bs) - b) > 0 else 0
+             for nt, o, gen, b in zip(t.num_tokens[a].tolist(), t.output[a].tolist(),
+                                      t.generated[a].tolist(), t.blocks[a].tolist())]
         sums, j = [], 0
         for g in groups:
             sums.append(sum(x[j:j + len(g)]))

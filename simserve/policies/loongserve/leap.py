@@ -35,7 +35,7 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
     free = [p.num_free for p in eng.pools]
 
     def new_blocks(k: int) -> list[int]:
-        return [sum(max(0, -(-(x + k) // bs) - h) for x, h in p) for p in per]
+        return [sum(d for x, h in p if (d := -(-(x + k) // bs) - h) > 0) for p in per]
 
     def fits(k: int) -> bool:
         return all(x <= f for x, f in zip(new_blocks(k), free))
@@ -77,7 +77,7 @@ def leap_layout(eng, cap: int = LEAP_CAP) -> int:
         blocks = new_blocks(k)
     for p, x in zip(eng.pools, blocks):
         p.allocate(x)
-    t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
+    t.blocks[ids] = [h if h >= (b := -(-(x + k) // bs)) else b for h, x in zip(held, c)]
     t.computed[ids] = [x + k for x in c]
     if eng.ctx.recorder.trace is not None:
         eng.trace_ranks(eng.clock, ends[k - 1], k)
