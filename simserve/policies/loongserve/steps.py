@@ -21,9 +21,10 @@ import numpy as np
 
 from simserve.cost.sp import SpCostModel
 
-FIRST = 16         # steps priced when a line is started (at least): most layouts last a few
-#                    steps (an arrival or a finish ends them), and a few are priced cheaply
-LOOKAHEAD = 256    # steps priced when a line is extended (at least)
+FIRST = 16         # steps priced when a line is started for at most this many: most layouts
+#                    last a few steps (an arrival or a finish ends them), and a few are priced
+#                    cheaply (plain floats)
+LOOKAHEAD = 256    # steps priced when a line is started for more, or extended (at least)
 MAX_LINES = 4096    # layouts kept before the cache starts over
 
 
@@ -57,7 +58,7 @@ class StepTimes:
             return vals[i - p0:i - p0 + n]
         if len(self._lines) > MAX_LINES:
             self._lines.clear()
-        vals = self._price(n_d, c0, m0, lo, max(n, FIRST))
+        vals = self._price(n_d, c0, m0, lo, FIRST if n <= FIRST else max(n, LOOKAHEAD))
         self._lines[key] = (i, vals)
         return vals[:n]
 
