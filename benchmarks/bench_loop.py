@@ -17,7 +17,8 @@ Cases (each policy at its paper's setting; `vllm` also at bar 2's point):
   Xeon Silver 4510 over PCIe 4 x16, 2,000 Azure-Conversation requests at 3.5 req/s;
 - chunked / muxwise / distserve / loongserve / conflux: ConfluxServe Fig. 12, Qwen3-14B on
   4x H100, 1,000 synthetic Mooncake-Toolagent requests at 4 req/s, the figure's parameters;
-  conflux also on 2,000 Mooncake-Synthetic requests at 2.5 req/s (the README's older row).
+  conflux also on 2,000 Mooncake-Synthetic requests at 2.5 req/s (the README's older row);
+  muxwise and loongserve also at 1 req/s (`-low`), the lowest rate the figure sweeps.
 All Poisson arrivals, seed 0. Traces come from ../shared/traces (SIMSERVE_TRACE_DIR overrides).
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ FIG9A = dict(model="llama-3.1-8b", trace="azure-conv", n=2000, rate=3.5,
                            pcie="pcie4-x16"))
 FIG12 = dict(model="qwen3-14b", trace="synthetic-mooncake-toolagent", n=1000, rate=4.0,
              hardware=dict(gpu="h100-sxm", num_gpus=4))
+FIG12_LOW = dict(FIG12, rate=1.0)  # the lowest rate experiments/conflux/fig12-qwen14b*.yaml sweep
 MOONCAKE = dict(model="qwen3-14b", trace="mooncake-synthetic", n=2000, rate=2.5,
                 hardware=dict(gpu="h100-sxm", num_gpus=4))
 CASES = {  # label: (policy, setting, policy parameters)
@@ -52,6 +54,8 @@ CASES = {  # label: (policy, setting, policy parameters)
     "muxwise-fig12": ("muxwise", FIG12, {"tbt_ms": 100}),
     "distserve-fig12": ("distserve", FIG12, {}),
     "loongserve-fig12": ("loongserve", FIG12, {"scheduler": "fcfs"}),
+    "muxwise-fig12-low": ("muxwise", FIG12_LOW, {"tbt_ms": 100}),
+    "loongserve-fig12-low": ("loongserve", FIG12_LOW, {"scheduler": "fcfs"}),
     "conflux-fig12": ("conflux", FIG12, {"scheduler": "slo", "ttft_ms": 2000, "tbt_ms": 100}),
     "conflux-mooncake": ("conflux", MOONCAKE, {}),
 }

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 import simserve.policies.loongserve.engine as loong
 from simserve.cost.sp import SpCostModel
+from simserve.policies.loongserve.cost import LoongCostModel
+from simserve.policies.loongserve.steps import StepTimes
 from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests
 from tests.sp_hand import HW4, QWEN14
@@ -72,6 +74,8 @@ def _run(w, reference: bool, **params):
                 return np.asarray([float(cost.decode_only_s(
                     n_d, np.asarray(c0)[None, :], np.asarray(m0)[None, :])[0])])
             mp.setattr(SpCostModel, "decode_steps_s", steps_s)
+            mp.setattr(StepTimes, "steps_s",  # the engine's cached pricing, bypassed
+                       lambda st, n_d, c0, m0, lo, n: steps_s(st.cost, n_d, c0, m0, lo, n))
         res = simulate_point(w, "llama-3.1-8b", dataclasses.replace(HW4, num_gpus=4),
                              "loongserve", **params)
     finally:
@@ -134,3 +138,72 @@ def test_low_load_point_is_mostly_leapt():
     b = _run(w, True)
     assert np.array_equal(a.records.token_times_s, b.records.token_times_s)
     assert a.stats["num_iterations_stepped"] * 5 < b.stats["num_iterations_stepped"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=4, max_size=4),
+       st.lists(st.integers(1, 20000), min_size=4, max_size=4),
+       st.lists(st.tuples(st.integers(0, 700), st.integers(1, 300)), min_size=1, max_size=6))
+def test_step_times_are_decode_steps_s_floats(nd, lens, asks):
+    """`StepTimes` (whole step times cached per layout, lines started, extended and shared by
+    layouts that differ only in idle ranks) gives `decode_steps_s`'s floats."""
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
+    times = StepTimes(cost)
+    c0 = [b * m for b, m in zip(nd, lens)]
+    m0 = [m if b else 0 for b, m in zip(nd, lens)]
+    for lo, n in asks:
+        want = cost.decode_steps_s(nd, c0, m0, lo, n)
+        assert times.steps_s(nd, c0, m0, lo, n).tobytes() == want.tobytes()
+        busy = [r for r in range(4) if nd[r]]
+        if busy:  # the busy ranks alone (the others lent to a prefill): the same line
+            sub = [nd[r] for r in busy], [c0[r] for r in busy], [m0[r] for r in busy]
+            assert times.steps_s(*sub, lo, n).tobytes() == want.tobytes()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([1, 2, 4]),
+       st.lists(st.lists(st.tuples(st.integers(0, 30000), st.integers(0, 30000)), min_size=1,
+                         max_size=6), min_size=1, max_size=3))
+def test_loong_cost_model_prices_are_sp_cost_model_ones(k, batches):
+    """`LoongCostModel`'s prefill-only iterations (with its tabulated all-to-alls, grown as
+    larger shards come) give `iteration_s`'s floats for batches with no decodes."""
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, k, 1)
+    loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, k, 1)
+    for batch in batches:
+        chunks, ctxs = [m for m, _ in batch], [c for _, c in batch]
+        n = sum(chunks)
+        n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
+        want = cost.iteration_s(n_p, [0] * k, [0] * k, np.array(chunks, dtype=np.int64),
+                                np.array(ctxs, dtype=np.int64), len(chunks))
+        assert loong.prefill_s(chunks, ctxs) == want
+        assert loong.comm_us(n_p[0]) == cost.comm_us(n_p[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=4, max_size=4),
+       st.lists(st.integers(1, 20000), min_size=4, max_size=4),
+       st.integers(0, 600), st.integers(1, 300))
+def test_loong_cost_model_decode_lines_are_sp_cost_model_ones(nd, lens, lo, n):
+    """Decode-attention lines priced as `decode_steps_us` runs give `decode_steps_s`'s floats."""
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
+    loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
+    c0 = [b * m for b, m in zip(nd, lens)]
+    m0 = [m if b else 0 for b, m in zip(nd, lens)]
+    for lo_, n_ in ((lo, n), (lo + n, 3 * n)):  # a line started, then extended
+        want = cost.decode_steps_s(nd, c0, m0, lo_, n_)
+        assert loong.decode_steps_s(nd, c0, m0, lo_, n_).tobytes() == want.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3), st.integers(1, 600), st.integers(1, 20000), st.integers(0, 19999),
+       st.integers(0, 600), st.integers(1, 300), st.booleans())
+def test_one_busy_rank_steps_are_sp_cost_model_ones(r, b, longest, short, lo, n, graphs):
+    """With one busy rank, `LoongCostModel.decode_steps_s` (its GPU model's steps) gives
+    `SpCostModel.decode_steps_s`'s floats, equal contexts or not."""
+    cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1, cuda_graphs=graphs)
+    loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1, cuda_graphs=graphs)
+    nd, c0, m0 = [0] * 4, [0] * 4, [0] * 4
+    nd[r], m0[r] = b, longest
+    c0[r] = max(b, b * longest - min(short, longest - 1) * (b - 1))  # the others shorter
+    want = cost.decode_steps_s(nd, c0, m0, lo, n)
+    assert loong.decode_steps_s(nd, c0, m0, lo, n).tobytes() == want.tobytes()

@@ -26,10 +26,11 @@ from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
-from simserve.policies.sp_leap import LEAP_CAP, leap_ranks
-from simserve.policies.sp_ranks import (SpRanksEngine, blocks_for, check_fits,
-                                        instance_layout, shard_blocks)
-from simserve.sim.leap import largest_k, steps_before
+from simserve.policies.loongserve.cost import LoongCostModel
+from simserve.policies.loongserve.decodes import DecodeRanks
+from simserve.policies.loongserve.leap import leap_layout
+from simserve.policies.sp_leap import LEAP_CAP
+from simserve.policies.sp_ranks import blocks_for, check_fits, instance_layout, shard_blocks
 
 # Exact event leaping over decode-only stretches (byte-identical to stepping; tests set it
 # False to step one by one). Not a config field, so that configs and their hashes stay as they
@@ -37,14 +38,17 @@ from simserve.sim.leap import largest_k, steps_before
 LEAP = True
 
 
-class LoongEngine(SpRanksEngine):
-    """Reuses the SP ranks' KV pools, decode growth/preemption, transfers and bookkeeping;
-    replaces the iteration with LoongServe's alternation of prefill and decode."""
+class LoongEngine(DecodeRanks):
+    """Reuses the SP ranks' KV pools, decode growth/preemption, transfers and bookkeeping
+    (its decode side over plain ints, `DecodeRanks`); replaces the iteration with
+    LoongServe's alternation of prefill and decode."""
 
     def __init__(self, ctx, cfg: LoongServeConfig, gpus, cost_all: SpCostModel, costs: dict,
                  num_blocks: int):
         super().__init__(ctx, _Shim(cfg), 0, gpus, cost_all, None, num_blocks)
         self.lcfg, self.costs = cfg, costs
+        self._progress_memo: dict = {}
+        self._lent_memo: dict = {}
         self.sp_degrees = sorted(k for k in costs if k <= cfg.max_sp)
         self.num_decode_iters = 0
         total = num_blocks * len(self.pools) * cfg.block_size
@@ -55,18 +59,20 @@ class LoongEngine(SpRanksEngine):
     # -- LoongServe's iteration ---------------------------------------------------------------
     def _iteration(self):
         self._prefill_memo = {}  # (k, batch) -> _prefill_s, for this iteration's decisions
+        self._progress_memo = {}  # rank -> `_progress`, for this iteration's decisions
+        self._lent_memo = {}      # (decodes per rank, batch) -> `_lent`, for this iteration
         self._grow_decodes()
-        nd, dctx = self._rank_states()
+        nd, dctx, dmax = self._decode_state()
         if self.pending and (not any(nd) or self.num_decode_iters >= self.lcfg.max_wait_tokens):
-            batch = self._placeable(self._form_batch(nd))
+            batch = self._placeable(self._form_batch(list(nd)))
             if batch:
                 self.num_decode_iters = 0
-                return self._prefill_step(batch, nd, dctx)
+                return self._prefill_step(batch, list(nd), dctx)
         if not any(nd):
             return None
         self.num_decode_iters += 1
-        # `decode_steps_s` at step 0: `decode_only_s`'s floats, from the cached per-rank lines
-        dt = float(self.cost.decode_steps_s(nd, dctx, self._rank_max(), 0, 1)[0])
+        # `decode_steps_s` at step 0: `decode_only_s`'s floats, from the cached layout's line
+        dt = self.step_times.step_s(nd, dctx, dmax)
         ids = np.asarray([i for a in self.decodes for i in a], dtype=np.int64)
         return dt, lambda: self._apply(ids, [], [])
 
@@ -81,7 +87,7 @@ class LoongEngine(SpRanksEngine):
         up to the iteration that tries a prefill again; each leapt step is a decode
         iteration, counted towards `max_wait_tokens` as a stepped one is."""
         cap = self.lcfg.max_wait_tokens - self.num_decode_iters if self.pending else LEAP_CAP
-        k = leap_ranks(self, cap)
+        k = leap_layout(self, cap)
         self.num_decode_iters += k
         return k
 
@@ -96,13 +102,29 @@ class LoongEngine(SpRanksEngine):
         out = min(int(t.output[rid] - t.generated[rid]), self.lcfg.max_new_tokens_reserve)
         return blocks_for(int(t.num_tokens[rid]) + out, self.cfg.block_size)
 
+    def _growth_blocks(self, groups: list[list[int]]) -> list[int]:
+        """Per group of requests: Σ max(0, `_worst_case_blocks(r)` − blocks held), in one
+        gather (the same integers)."""
+        t, bs = self.ctx.table, self.cfg.block_size
+        n = sum(map(len, groups))
+        if not n:
+            return [0] * len(groups)
+        a = np.fromiter((r for g in groups for r in g), dtype=np.int64, count=n)
+        cap = self.lcfg.max_new_tokens_reserve
+        x = [d if (d := -(-(nt + (o - gen if o - gen < cap else cap)) // bs) - b) > 0 else 0
+             for nt, o, gen, b in zip(t.num_tokens[a].tolist(), t.output[a].tolist(),
+                                      t.generated[a].tolist(), t.blocks[a].tolist())]
+        sums, j = [], 0
+        for g in groups:
+            sums.append(sum(x[j:j + len(g)]))
+            j += len(g)
+        return sums
+
     def _form_batch(self, nd) -> list[tuple[int, int]]:
         """[(rid, tokens)] admitted this prefill iteration, in queue order."""
         t, lc, bs = self.ctx.table, self.lcfg, self.cfg.block_size
         free = sum(p.num_free for p in self.pools)
-        future = sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r]))
-                     for a in self.decodes for r in a)
-        room = free - future
+        room = free - sum(self._growth_blocks(self.decodes))
         shard_room = min(p.num_free for p in self.pools)  # every instance holds 1/N of a prompt
         idle = not any(nd) and not self.moving
         cap_s = self._time_cap(nd)
@@ -156,9 +178,8 @@ class LoongEngine(SpRanksEngine):
         """TBT-bounded mode: a prefill iteration may take τ minus one decode step."""
         if self.lcfg.tbt_ms is None:
             return None
-        _, dctx = self._rank_states()
-        dec = float(self.cost.decode_steps_s(nd, dctx, self._rank_max(), 0, 1)[0]) \
-            if any(nd) else 0.0
+        _, dctx, dmax = self._state
+        dec = self.step_times.step_s(nd, dctx, dmax) if any(nd) else 0.0
         return max(0.0, self.lcfg.tbt_ms * 1e-3 - dec)
 
     def _largest_chunk(self, k: int, batch, rid: int, cap_s: float) -> int:
@@ -183,17 +204,20 @@ class LoongEngine(SpRanksEngine):
         return v
 
     def _prefill_s_now(self, k: int, batch) -> float:
-        t = self.ctx.table
-        n = sum(m for _, m in batch)
-        n_p = [n // k + (1 if r < n % k else 0) for r in range(k)]
-        return self.costs[k].iteration_s(
-            n_p, [0] * k, [0] * k, np.array([m for _, m in batch], dtype=np.int64),
-            np.array([int(t.computed[r]) for r, _ in batch], dtype=np.int64), len(batch))
+        c = self.ctx.table.computed
+        return self.costs[k].prefill_s([m for _, m in batch], [int(c[r]) for r, _ in batch])
 
     def _lent(self, nd, batch) -> list[int]:
         """Instances that run the prefill: idle ones, then decode instances (fewest decodes
-        first) lent while the prefill gain beats the decode loss; at least one, at most max_sp."""
-        t = self.ctx.table
+        first) lent while the prefill gain beats the decode loss; at least one, at most max_sp.
+        Memoised within an iteration (the final batch is asked for again when it runs)."""
+        key = (tuple(nd), tuple(batch))
+        chosen = self._lent_memo.get(key)
+        if chosen is None:
+            chosen = self._lent_memo[key] = self._lent_now(nd, batch)
+        return chosen
+
+    def _lent_now(self, nd, batch) -> list[int]:
         if self.lcfg.prefill_sp:  # pinned degree: idle instances first, then the least busy
             return sorted(range(self.R), key=lambda r: (nd[r], r))[:self.lcfg.prefill_sp]
         idle = [r for r in range(self.R) if nd[r] == 0]
@@ -211,13 +235,20 @@ class LoongEngine(SpRanksEngine):
             if k > 0:
                 gain = (self._prefill_s(k, batch) - self._prefill_s(nxt, batch)) * inv
                 loss = self._prefill_s(nxt, batch) * sum(
-                    nd[r] * nd[r] / sum(int(t.generated[i]) + 1 for i in self.decodes[r])
-                    for r in add if nd[r] > 0)
+                    nd[r] * nd[r] / self._progress(r) for r in add if nd[r] > 0)
                 if gain <= loss:
                     break
             chosen += add
             busy = busy[len(add):]
         return chosen
+
+    def _progress(self, r: int) -> int:
+        """Σ (generated + 1) over rank r's decodes (memoised within an iteration)."""
+        v = self._progress_memo.get(r)
+        if v is None:
+            a = self.decodes[r]
+            v = self._progress_memo[r] = int(self.ctx.table.generated[a].sum()) + len(a)
+        return v
 
     def _sp_degree(self, nd, batch) -> int:
         return len(self._lent(nd, batch))
@@ -251,49 +282,6 @@ class LoongEngine(SpRanksEngine):
         start = self.clock
         return total, lambda: self._apply_prefill(start, chunks, finishing, steps)
 
-    def _decode_steps_within(self, nd, dctx, span: float):
-        """(end offsets, ids) of back-to-back decode steps, within `span`, on the instances that
-        keep decoding; their KV for those steps is reserved here (a step that does not fit is
-        not run). Priced in growing runs (`decode_steps_s`, each step's floats as stepping's;
-        the running sum a cumulative sum, the same additions in the same order)."""
-        t, bs = self.ctx.table, self.cfg.block_size
-        keep = [r for r in range(self.R) if nd[r] > 0]
-        if not keep:
-            return np.zeros(0), None
-        dmax = self._rank_max()
-        sub_nd = [nd[r] for r in keep]
-        sub_c, sub_m = [dctx[r] for r in keep], [dmax[r] for r in keep]
-        per = [np.asarray(self.decodes[r], dtype=np.int64) for r in keep]
-        ids = np.concatenate(per)
-        left = int((t.output[ids] - t.generated[ids]).min())
-
-        def extra(a, s):  # blocks beyond those held for s steps (the first is already held)
-            return np.maximum(0, -(-(t.computed[a] + s) // bs) - t.blocks[a])
-
-        # step j runs if it fits KV for j + 1 tokens (step 0's is held), j < left, and the
-        # steps before it end within the span
-        kfit = largest_k(left, lambda s: s <= 1 or all(
-            int(extra(a, s).sum()) <= self.pools[r].num_free for r, a in zip(keep, per)))
-        count = 0
-        ends = np.zeros(0)
-        if span > 0.0 and kfit > 0:
-            parts, last, lo, n = [], 0.0, 0, 16
-            while lo < kfit:
-                d = self.cost.decode_steps_s(sub_nd, sub_c, sub_m, lo, min(n, kfit - lo))
-                e = np.cumsum(np.concatenate(([last], d)))[1:]
-                parts.append(e)
-                last, lo, n = float(e[-1]), lo + len(e), 2 * n
-                if last >= span:
-                    break
-            ends = np.concatenate(parts)
-            count = steps_before(ends, kfit, span)
-            ends = ends[:count]
-        for r, a in zip(keep, per):
-            nb = extra(a, count)
-            self.pools[r].allocate(int(nb.sum()))
-            t.blocks[a] += nb
-        return ends, ids
-
     def _place(self, rid: int) -> None:
         """Scale-down: the most-used instance that can hold the whole KV plus the output reserve
         (else the one with the most free blocks); its own 1/N shard stays in place."""
@@ -305,8 +293,7 @@ class LoongEngine(SpRanksEngine):
         for _, r, g in self.moving:
             resident[g].append(r)
         # room after the residents' worst-case growth (outputs assumed max_new_tokens_reserve)
-        future = [sum(max(0, self._worst_case_blocks(r) - int(t.blocks[r])) for r in a)
-                  for a in resident]
+        future = self._growth_blocks(resident)
         roomy = [r for r, p in enumerate(self.pools) if p.num_free - future[r] >= need + reserve]
         if roomy:
             g = max(roomy, key=lambda r: (self.pools[r].num_used, -r))
@@ -325,13 +312,22 @@ class LoongEngine(SpRanksEngine):
         k = len(ends)
         if k:  # only the last can finish a request (steps <= the fewest tokens left)
             t.computed[ids] += k
-            if k > 1:
-                t.emit_many(ids, start + ends[:k - 1])
-            done = t.emit(ids, start + float(ends[k - 1]))
+            # emit_many of k - 1 steps and emit of the last (emit alone is quicker for one)
+            done = t.emit(ids, start + float(ends[0])) if k == 1 else \
+                t.emit_steps(ids, (start + ends).tolist(), t.generated[ids].tolist())
             if len(done):
                 self._finish(done)
-        fin = set(finishing)
-        self._apply(np.zeros(0, dtype=np.int64), chunks, [c for c in chunks if c.req_id in fin])
+        # the prompts' chunks (`_apply` without decodes): the finished ones sample their
+        # first token now and leave the queue
+        for ch in chunks:
+            t.computed[ch.req_id] += ch.tokens
+        if finishing:
+            done = t.emit(np.asarray(finishing, dtype=np.int64), self.clock)
+            gone = set(finishing)
+            self.pending = [r for r in self.pending if r not in gone]
+            if len(done):
+                self._finish(done)
+        self._sample()
 
 
 class _Done:
@@ -355,8 +351,8 @@ def build(ctx, cfg: LoongServeConfig) -> Deployment:
     degrees = [k for k in (1, 2, 4, 8, 16) if k <= min(N, cfg.max_sp)]
 
     def sp_cost(k: int) -> SpCostModel:
-        return cost_model(ctx, lambda: SpCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp,
-                                                   cuda_graphs=cfg.cuda_graphs),
+        return cost_model(ctx, lambda: LoongCostModel(model, hw.gpu, hw.nvlink, k, cfg.tp,
+                                                      cuda_graphs=cfg.cuda_graphs),
                           "policy loongserve")
     costs = {k: sp_cost(k) for k in degrees}
     if cfg.prefill_sp is not None and cfg.prefill_sp not in costs:

@@ -20,15 +20,17 @@ from simserve.cost import GpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
-from simserve.sim.leap import decode_ends, steps_before
+from simserve.sim.leap import leap_ends
 from simserve.policies.muxwise.config import MuxWiseConfig
-from simserve.cost.smshare import SmShareCost, contention
+from simserve.cost.smshare import contention
+from simserve.policies.muxwise.share_cost import MuxShareCost
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool
 from simserve.sim.clock import at
 
 LEAP_CAP = 8192
+SCALAR_SPLIT_STEPS = 16  # split steps priced one at a time (~15 us each) before runs (~60 us)
 
 
 class MuxWiseEngine(EngineBase):
@@ -55,8 +57,9 @@ class MuxWiseEngine(EngineBase):
         # analytic model; alpha, beta from the same measurement unless configured
         self.curves = hw.gpu.overheads.get("sm_share")
         self._ab: dict[float, tuple[float, float]] = {}
-        self.cost = SmShareCost(cost, cfg.bw_saturation or 0.5,
-                                curves=self.curves if cfg.bw_saturation is None else None)
+        self.cost = MuxShareCost(cost, cfg.bw_saturation or 0.5,
+                                 curves=self.curves if cfg.bw_saturation is None else None,
+                                 table_tokens=max(cfg.prefill_max_tokens, cfg.max_num_seqs))
         self.tbt_s = cfg.tbt_ms / 1e3
         self.waiting = make_queue(cfg.scheduler, ctx.table)
         self.running: list[int] = []
@@ -64,8 +67,10 @@ class MuxWiseEngine(EngineBase):
         self._batch_start = 0.0    # when it started (a trace's prefill event)
         self.left = 0.0            # fraction of its work still to do
         self._tp_cache: dict[float, float] = {}
+        self._last_choice: tuple = (None, None)  # `_choose`'s last (arguments, answer)
         self.signal = Signal(ctx.env)
         self.clock = 0.0
+        self._step_hint = 0.0      # a recent decode-alone step's duration (sizes a leap's pricing)
         self.num_split_steps = 0
         self.decode_sms_sum = 0
 
@@ -95,7 +100,15 @@ class MuxWiseEngine(EngineBase):
         return self._choose(batch, ctx_sum, ctx_max)[0]
 
     def _choose(self, batch: int, ctx_sum: int, ctx_max: int | None) -> tuple[int, float]:
-        """`decode_sms` and the contended step time on them (priced once)."""
+        """`decode_sms` and the contended step time on them (priced once; the last answer is
+        kept: a split step that ends the prefill is priced by `_mixed_plan`, then stepped)."""
+        key = (batch, ctx_sum, ctx_max)
+        if self._last_choice[0] == key:
+            return self._last_choice[1]
+        self._last_choice = (key, self._choose_now(batch, ctx_sum, ctx_max))
+        return self._last_choice[1]
+
+    def _choose_now(self, batch: int, ctx_sum: int, ctx_max: int | None) -> tuple[int, float]:
         d = 0.0
         for sms in self.choices:
             f = sms / self.sms
@@ -191,9 +204,8 @@ class MuxWiseEngine(EngineBase):
         return ids, int((t.computed[ids] + 1).sum())
 
     def _finish_decode(self, ids, kd: int, ends) -> None:
+        """The first kd decode steps of `ends` (their end times) done: tokens, clock, finishes."""
         t = self.ctx.table
-        if kd > 1:
-            t.emit_many(ids, ends[:kd - 1])
         tr = self.ctx.recorder.trace
         if tr is not None:
             tr.iteration(f"engine {self.index} decode stream", self.clock, float(ends[kd - 1]),
@@ -201,7 +213,10 @@ class MuxWiseEngine(EngineBase):
                          decodes=len(ids), kv_blocks_used=self.pool.num_used,
                          prefill_running=self.batch is not None)
         self.clock = float(ends[kd - 1])
-        done = t.emit(ids, self.clock)
+        # decodes have their first token (from the prefill): emit_steps' one call is
+        # emit_many of the first kd - 1 steps and emit of the last (emit is quicker for one)
+        done = t.emit(ids, self.clock) if kd == 1 else \
+            t.emit_steps(ids, ends[:kd], t.generated[ids].tolist())
         t.computed[ids] += kd
         self.ctx.recorder.num_iterations += kd
         if len(done):
@@ -211,28 +226,41 @@ class MuxWiseEngine(EngineBase):
 
     def _decode_leap(self):
         env, t = self.ctx.env, self.ctx.table
-        ids, _ = self._decode_ids()
+        ids, S = self._decode_ids()
         k = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP) if self.cfg.leap else 1
-        ends = decode_ends(self.cost.cost, self.clock, t.computed[ids], k)
-        # steps after the first must start before the next arrival (which starts a prefill)
-        k = steps_before(ends, k, self.ctx.source.next_arrival_s)
+        # steps after the first must start before the next arrival (which starts a prefill);
+        # `leap_ends` gives `decode_ends` cut by `steps_before`, pricing only about the steps
+        # taken (sized by the last leap's step time)
+        ends = leap_ends(self.cost.cost, self.clock, len(ids), S,
+                         int(t.computed[ids].max()) + 1, k, self.ctx.source.next_arrival_s,
+                         self._step_hint)
+        k = len(ends)
+        self._step_hint = (ends[-1] - self.clock) / k
         yield at(env, max(ends[k - 1], env.now))
         self._finish_decode(ids, k, ends)
         self.ctx.recorder.num_steps_scheduled += 1
         self.ctx.recorder.sample(self.clock, self.index, len(self.running), len(self.waiting),
                                  self.pool.num_used, t.num_emitted)
 
-    def _choose_many(self, batch: int, ctx_sum: np.ndarray, ctx_max: np.ndarray):
-        """`_choose` for consecutive steps (arrays of Σ context and longest): the decode SMs and
-        contended step time of each, the same floats as one step at a time."""
-        m = len(ctx_sum)
-        sms_out = np.full(m, self.choices[-1], dtype=np.int64)
-        d_out = np.empty(m)
-        todo = np.arange(m)
+    def _choose_many(self, batch: int, ctx_sum0: int, ctx_max0: int, k: int):
+        """`_choose` for k consecutive steps (Σ context ctx_sum0 + batch·j, longest
+        ctx_max0 + j): the decode SMs and contended step time of each, the same floats as one
+        step at a time. Steps still open at a share are priced as one run when they are
+        consecutive (`decode_run_s`), else elementwise (`decode_steps_s`): the same floats."""
+        steps = np.arange(k, dtype=np.int64)
+        sms_out = np.full(k, self.choices[-1], dtype=np.int64)
+        d_out = np.empty(k)
+        todo = steps
         for i, sms in enumerate(self.choices):
             f = sms / self.sms
             a = self.contention(f)[0]
-            d = a * self.cost.decode_steps_s(batch, ctx_sum[todo], f, ctx_max[todo])
+            j0 = int(todo[0])
+            if int(todo[-1]) - j0 + 1 == len(todo):
+                d = a * self.cost.decode_run_s(batch, ctx_sum0 + batch * j0, ctx_max0 + j0,
+                                               len(todo), f)
+            else:
+                d = a * self.cost.decode_steps_s(batch, ctx_sum0 + batch * todo, f,
+                                                 ctx_max0 + todo)
             sel = (d <= self.tbt_s) | (i == len(self.choices) - 1)
             sms_out[todo[sel]] = sms
             d_out[todo[sel]] = d[sel]
@@ -241,15 +269,32 @@ class MuxWiseEngine(EngineBase):
                 break
         return sms_out, d_out
 
+    def _split_steps(self, batch: int, ctx_sum0: int, ctx_max0: int, kmax: int):
+        """(decode SMs, contended step time) of consecutive split steps j < kmax (Σ context
+        ctx_sum0 + batch·j, longest ctx_max0 + j), lazily: the first SCALAR_SPLIT_STEPS one
+        at a time (`_choose`: most split stretches end within a few steps, and a scalar step
+        costs far less than a priced run), then in doubling runs (`_choose_many`); the same
+        floats either way."""
+        j = 0
+        while j < min(kmax, SCALAR_SPLIT_STEPS):
+            yield self._choose(batch, ctx_sum0 + batch * j, ctx_max0 + j)
+            j += 1
+        chunk = 16
+        while j < kmax:
+            m = min(chunk, kmax - j)
+            sms, d = self._choose_many(batch, ctx_sum0 + batch * j, ctx_max0 + j, m)
+            yield from zip(sms.tolist(), d.tolist())
+            j += m
+            chunk *= 2
+
     def _mixed_plan(self):
         """Exact leap over split steps (decode on its SM share, the prefill batch advancing on
         the rest) that do not end the prefill: each step's SMs and time as `_mixed_step` picks
-        them (`_choose_many`), the prefill's remaining fraction updated step by step with the
+        them (`_split_steps`), the prefill's remaining fraction updated step by step with the
         same float operations; at most up to a decode finishing, and steps after the first start
         before the next arrival (as `_decode_leap`). (ids, ends, sms per step, left) or None."""
         t = self.ctx.table
         ids, S = self._decode_ids()
-        n = len(ids)
         kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
         if kmax < 2:
             return None
@@ -257,23 +302,17 @@ class MuxWiseEngine(EngineBase):
         arrival = self.ctx.source.next_arrival_s
         clock, left = self.clock, self.left
         ends, chosen = [], []
-        j, chunk = 0, 16
-        while j < kmax:
-            steps = np.arange(j, min(j + chunk, kmax), dtype=np.int64)
-            sms_arr, d_arr = self._choose_many(n, S + n * steps, cmax + steps)
-            for sms, d in zip(sms_arr.tolist(), d_arr.tolist()):
-                end = clock + d
-                tp = self._prefill_s(1.0 - sms / self.sms)
-                if clock + left * tp <= end:  # the prefill ends in this step: step it
-                    return (ids, ends, chosen, left) if ends else None
-                left -= (end - clock) / tp
-                ends.append(end)
-                chosen.append(sms)
-                clock = end
-                j += 1
-                if end >= arrival:
-                    return ids, ends, chosen, left
-            chunk *= 2
+        for sms, d in self._split_steps(len(ids), S, cmax, kmax):
+            end = clock + d
+            tp = self._prefill_s(1.0 - sms / self.sms)
+            if clock + left * tp <= end:  # the prefill ends in this step: step it
+                return (ids, ends, chosen, left) if ends else None
+            left -= (end - clock) / tp
+            ends.append(end)
+            chosen.append(sms)
+            clock = end
+            if end >= arrival:
+                break
         return ids, ends, chosen, left
 
     def _mixed_leap(self, ids, ends, chosen, left):
