@@ -93,9 +93,9 @@ class XpInstance(SpRanksEngine):
         if not chunks:
             if not any(nd):
                 return None
-            # decode-only: `decode_steps_s` at step 0 gives `iteration_s`'s floats (its
-            # decode-only branch, `decode_only_s`) from the ranks' cached decode lines
-            dt = float(self.cost.decode_steps_s(nd, dctx, rmax, 0, 1)[0])
+            # decode-only: `decode_step_s` gives `iteration_s`'s floats (its decode-only
+            # branch) from the ranks' cached decode lines
+            dt = self.cost.decode_step_s(nd, dctx, rmax)
             dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
             self.last_prefill_per_rank = [0] * R
             return dt, lambda: self._apply(dec_ids, (), ())
