@@ -97,8 +97,9 @@ class SpCostModel:
                 + self.alltoall_us(max_shard_tokens * self.out_bytes_per_token))
         return v
 
-    def prefill_path_us(self, max_shard_tokens: int, chunks: np.ndarray, ctxs: np.ndarray) -> float:
-        """T_P: all-to-all, head-sharded causal attention over every chunk, all-to-all."""
+    def prefill_path_us(self, max_shard_tokens: int, chunks, ctxs) -> float:
+        """T_P: all-to-all, head-sharded causal attention over every chunk (arrays or lists of
+        their new and cached tokens), all-to-all."""
         return self.comm_us(max_shard_tokens) + float(self.sp_prefill_attn(chunks, ctxs))
 
     def decode_path_us(self, n_d, dctx, dmax=None) -> float | None:
@@ -205,7 +206,7 @@ class SpCostModel:
         b._ensure(max(busiest, num_sample_rows))
         dense = b._dense
         t_lin = max(dense[x] for x in tokens)   # dense_layer_us of each rank
-        t_p = self.prefill_path_us(int(max(n_p)), np.asarray(chunks), np.asarray(ctxs))
+        t_p = self.prefill_path_us(int(max(n_p)), chunks, ctxs)   # arrays or lists
         layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
         return (self.host_us(n_d, len(chunks)) + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
 
