@@ -78,6 +78,24 @@ def test_sp_cost_model_fast_paths_price_as_the_general_path():
             slow.iteration_s(n_p, nd, c0, ell, ctx, max(nd) + 1, m0)
 
 
+@SOME
+@given(st.integers(-1, 5000), st.integers(-1, 3000), st.floats(0, 1e9), st.integers(1, 8),
+       st.one_of(st.none(), st.floats(0, 1e-3)), st.booleans(), st.booleans(),
+       st.sampled_from([1.0, 1.2, 1.4]), st.sampled_from([1.0, 1.2, 1.4]))
+def test_estimator_combine_is_its_pieces(tokens, max_p, work, ranks, t_d, overlap, literal,
+                                         alpha, beta):
+    """`combine`'s inlined common case is `prefill_path` and `split` as written."""
+    est = dataclasses.replace(EST, overlap=overlap, literal=literal, alpha=alpha, beta=beta)
+    want = 0.0 if tokens <= 0 else est.num_layers * (
+        est.gamma * tokens + est.gamma0 + est.split(est.prefill_path(max_p, work, ranks), t_d))
+    assert est.combine(tokens, max_p, work, ranks, t_d) == want
+    if t_d is not None and max_p > 0 and tokens > 0:   # the two paths tie
+        t_p = est.prefill_path(max_p, work, ranks)
+        assert est.combine(tokens, max_p, work, ranks, t_p * beta / alpha) == \
+            est.num_layers * (est.gamma * tokens + est.gamma0
+                              + est.split(t_p, t_p * beta / alpha))
+
+
 # -- dispatch -------------------------------------------------------------------------------
 loads_st = st.lists(st.integers(0, 400), min_size=1, max_size=6)
 
