@@ -25,7 +25,7 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
     if not nz:
         return 0
     gen = t.generated[ids]
-    kmax = int(min((t.output[ids] - gen).min(), cap, LEAP_CAP))
+    kmax = int(min(np.minimum.reduce(t.output[ids] - gen), cap, LEAP_CAP))
     if kmax < 2:
         return 0
     c = t.computed[ids]
@@ -42,7 +42,7 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
         # is `last` plus it, and numpy's cumsum adds one element after another
         e = eng.cost.decode_steps_s(nd, c0, rmax, lo, min(n, kmax - lo))
         e[0] += last
-        np.cumsum(e, out=e)
+        e.cumsum(out=e)
         parts.append(e)
         last, lo, n = e[-1], lo + len(e), 2 * n
         if last >= arrival:
