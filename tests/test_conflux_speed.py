@@ -1,4 +1,5 @@
-"""ConfluxServe's fast paths give the slow paths' answers: the rank lines of `LineCostModel`,
+"""ConfluxServe's fast paths give the slow paths' answers: `SpCostModel`'s rank lines and one-step
+pricing,
 the dispatch search (one waterfill past saturation, the decode state shared by an iteration's
 dispatches), the plan (no admission order for a lone prompt, B0 only where Moore–Hodgson needs
 it), the engine's decode state and decode-only pricing, and the instance's leap."""
@@ -20,7 +21,6 @@ from simserve.policies.conflux.dispatch import (Candidate, RankState, dispatch, 
 from simserve.policies.conflux.estimator import ConfluxEstimator
 from simserve.policies.conflux.placement import place_decode
 from simserve.policies.conflux.plan import plan_prefills
-from simserve.policies.conflux.sp_cost import LineCostModel
 from simserve.policies.sp_ranks import SpRanksEngine, blocks_for, shard_blocks
 from simserve.run import simulate_point
 from tests.helpers import requests, workload
@@ -33,30 +33,67 @@ SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 
 # -- the cost model ---------------------------------------------------------------------------
-def test_line_cost_model_prices_as_the_sp_cost_model():
-    fast, slow = (cls(QWEN14, H100X4.gpu, H100X4.nvlink, 4) for cls in (LineCostModel,
-                                                                         SpCostModel))
+class GeneralPath(SpCostModel):
+    """`SpCostModel` with its fast paths off: decode attention through the base model's general
+    array call (as when a hook replaces it), every line built and read."""
+
+    def _profile_fn(self):
+        return None
+
+
+def test_sp_cost_model_fast_paths_price_as_the_general_path():
+    """Rank lines by `decode_steps_us`, one step read from a line or priced alone
+    (`rank_attn1`, `decode_step_s`), the in-place forward of `decode_steps_s`: the floats of
+    the general array path."""
+    fast, slow = SpCostModel(QWEN14, H100X4.gpu, H100X4.nvlink, 4), \
+        GeneralPath(QWEN14, H100X4.gpu, H100X4.nvlink, 4)
     rng = np.random.default_rng(1)
     for _ in range(150):
         b = int(rng.integers(1, 80))
         m = int(rng.integers(1, 40000))
         c = b * m - int(rng.integers(0, b * (m - 1) + 1))   # some contexts shorter than m
         r, lo, n = int(rng.integers(0, 4)), int(rng.integers(0, 600)), int(rng.integers(1, 300))
-        assert fast.rank_attn(r, b, c + b * lo, m + lo, n).tolist() == \
-            slow.rank_attn(r, b, c + b * lo, m + lo, n).tolist()
+        line = slow.rank_attn(r, b, c + b * lo, m + lo, n).tolist()
+        j = np.arange(m + lo, m + lo + n, dtype=np.int64)
+        assert line == slow._attn_general(b, c + b * (j - m), j).tolist()
+        fast._lines.clear()
+        assert fast.rank_attn1(r, b, c + b * lo, m + lo) == line[0]       # alone
+        assert fast.rank_attn(r, b, c + b * lo, m + lo, n).tolist() == line
+        assert fast.rank_attn1(r, b, c + b * (lo + n - 1), m + lo + n - 1) == line[-1]  # cached
         nd = [b, 0, int(rng.integers(1, 9)), 1]
         c0 = [c, 0, nd[2] * 700, 90]
         m0 = [m, 0, 900, 90]
-        assert fast.decode_steps_s(nd, c0, m0, lo, n).tolist() == \
-            slow.decode_steps_s(nd, c0, m0, lo, n).tolist()
+        steps = slow.decode_steps_s(nd, c0, m0, lo, n).tolist()
+        assert fast.decode_steps_s(nd, c0, m0, lo, n).tolist() == steps
+        at = [x + k * lo for x, k in zip(c0, nd)], [x + lo if x else 0 for x in m0]
+        fast._lines.clear()
+        assert fast.decode_step_s(nd, *at) == steps[0]
+        assert fast.decode_steps_s(nd, *at, 0, 1).tolist() == [steps[0]]
+        z = np.zeros(0, np.int64)
+        assert fast.iteration_s([0] * 4, nd, *at[:1], z, z, max(nd), at[1]) == steps[0]
         ell = np.array([int(rng.integers(1, 9000))])
         ctx = np.array([int(rng.integers(0, 9000))])
         n_p = list(waterfill(int(ell[0]), nd, max(nd) + int(ell[0])))
         assert fast.iteration_s(n_p, nd, c0, ell, ctx, max(nd) + 1, m0) == \
             slow.iteration_s(n_p, nd, c0, ell, ctx, max(nd) + 1, m0)
-    # anything but consecutive steps takes the general path
-    s, mx = np.array([5000, 5100, 7000]), np.array([900, 950, 2000])
-    assert fast._attn(5, s, mx).tolist() == slow._attn(5, s, mx).tolist()
+
+
+@SOME
+@given(st.integers(-1, 5000), st.integers(-1, 3000), st.floats(0, 1e9), st.integers(1, 8),
+       st.one_of(st.none(), st.floats(0, 1e-3)), st.booleans(), st.booleans(),
+       st.sampled_from([1.0, 1.2, 1.4]), st.sampled_from([1.0, 1.2, 1.4]))
+def test_estimator_combine_is_its_pieces(tokens, max_p, work, ranks, t_d, overlap, literal,
+                                         alpha, beta):
+    """`combine`'s inlined common case is `prefill_path` and `split` as written."""
+    est = dataclasses.replace(EST, overlap=overlap, literal=literal, alpha=alpha, beta=beta)
+    want = 0.0 if tokens <= 0 else est.num_layers * (
+        est.gamma * tokens + est.gamma0 + est.split(est.prefill_path(max_p, work, ranks), t_d))
+    assert est.combine(tokens, max_p, work, ranks, t_d) == want
+    if t_d is not None and max_p > 0 and tokens > 0:   # the two paths tie
+        t_p = est.prefill_path(max_p, work, ranks)
+        assert est.combine(tokens, max_p, work, ranks, t_p * beta / alpha) == \
+            est.num_layers * (est.gamma * tokens + est.gamma0
+                              + est.split(t_p, t_p * beta / alpha))
 
 
 # -- dispatch -------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.cost.gpu import GpuCostModel
+from simserve.hardware.attention import decode_steps_us
 from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
@@ -96,23 +97,50 @@ class SpCostModel:
                 + self.alltoall_us(max_shard_tokens * self.out_bytes_per_token))
         return v
 
-    def prefill_path_us(self, max_shard_tokens: int, chunks: np.ndarray, ctxs: np.ndarray) -> float:
-        """T_P: all-to-all, head-sharded causal attention over every chunk, all-to-all."""
+    def prefill_path_us(self, max_shard_tokens: int, chunks, ctxs) -> float:
+        """T_P: all-to-all, head-sharded causal attention over every chunk (arrays or lists of
+        their new and cached tokens), all-to-all."""
         return self.comm_us(max_shard_tokens) + float(self.sp_prefill_attn(chunks, ctxs))
 
     def decode_path_us(self, n_d, dctx, dmax=None) -> float | None:
         """T_D: the heaviest rank's local decode attention (None: no decodes anywhere); `dmax`,
         each rank's longest context, prices unequal contexts (GpuCostModel.decode_attn)."""
-        dmax = [None] * len(n_d) if dmax is None else dmax
-        t = [self._decode_attn(r, int(b), int(c), None if m is None else int(m))
-             for r, (b, c, m) in enumerate(zip(n_d, dctx, dmax)) if b > 0]
+        if dmax is None:
+            t = [float(self.base.decode_attn(int(b), int(c), None))
+                 for b, c in zip(n_d, dctx) if b > 0]
+        else:
+            t = [self.rank_attn1(r, int(b), int(c), int(m))
+                 for r, (b, c, m) in enumerate(zip(n_d, dctx, dmax)) if b > 0]
         return max(t) if t else None
 
     def _decode_attn(self, r: int, b: int, c: int, m: int | None) -> float:
         """`GpuCostModel.decode_attn(b, c, m)` of rank r, as a Python float."""
         if m is None:
             return float(self.base.decode_attn(b, c, None))
-        return float(self.rank_attn(r, b, c, m, 1)[0])
+        return self.rank_attn1(r, b, c, m)
+
+    def _profile_fn(self):
+        """The profile's decode-attention function when the base model prices decode attention
+        with it (None when something else, e.g. a hook, took its place)."""
+        fn = self.base._decode_fn
+        return fn if getattr(self.base.decode_attn, "__self__", None) is fn else None
+
+    def rank_attn1(self, r: int, b: int, c: int, m: int) -> float:
+        """`rank_attn(r, b, c, m, 1)[0]` as a Python float: read from the rank's cached line
+        when it holds step m, else priced alone. A stepped iteration asks for one step of a
+        decode set that often changes before the next (about half the lines a ConfluxServe run
+        would build serve one step), so a miss builds no line; the profile's scalar path gives
+        the line's floats (`decode_steps_us`: the same operations on the same values;
+        tests/test_conflux_search.py checks lines against it)."""
+        e = self._lines.get((r, b, c - b * m))
+        if e is not None:
+            i = m - e[0]
+            if 0 <= i < len(e[1]):
+                return float(e[1][i])
+        fn = self._profile_fn()
+        if fn is None:
+            return float(self.rank_attn(r, b, c, m, 1)[0])
+        return float(fn.us(b, c, m))
 
     def rank_attn(self, r: int, b: int, c: int, m: int, n: int) -> np.ndarray:
         """Decode attention (µs) of rank r's b decodes over n steps from Σ context c and
@@ -127,18 +155,28 @@ class SpCostModel:
                 if i > 4 * DECODE_LOOKAHEAD:  # drop what is behind
                     m0, vals, i = m, vals[i:], 0
                 lo = m0 + len(vals)
-                j = np.arange(lo, m0 + max(i + n, 2 * len(vals)), dtype=np.int64)
-                vals = np.concatenate((vals, self._attn(b, c + b * (j - m), j)))
+                hi = m0 + max(i + n, 2 * len(vals))
+                vals = np.concatenate((vals, self._attn(b, c + b * (lo - m), lo, hi - lo)))
                 self._lines[key] = (m0, vals)
             return vals[i:i + n]
         if len(self._lines) > 4096:
             self._lines.clear()
-        j = np.arange(m, m + max(n, DECODE_LOOKAHEAD), dtype=np.int64)
-        vals = self._attn(b, c + b * (j - m), j)
+        vals = self._attn(b, c, m, max(n, DECODE_LOOKAHEAD))
         self._lines[key] = (m, vals)
         return vals[:n]
 
-    def _attn(self, b: int, ctx_sum: np.ndarray, ctx_max: np.ndarray) -> np.ndarray:
+    def _attn(self, b: int, c: int, m: int, k: int) -> np.ndarray:
+        """Decode attention (µs) of b decodes at k consecutive steps from Σ context c and
+        longest m (each step adds b and 1): `decode_steps_us` on the profile's function (a
+        third of the general path's numpy calls, the same floats: tests/test_conflux_speed.py),
+        the general array call when something else prices decode attention."""
+        fn = self._profile_fn()
+        if fn is not None:
+            return np.asarray(decode_steps_us(fn, b, c, m, k), dtype=np.float64)
+        j = np.arange(m, m + k, dtype=np.int64)
+        return self._attn_general(b, c + b * (j - m), j)
+
+    def _attn_general(self, b: int, ctx_sum: np.ndarray, ctx_max: np.ndarray) -> np.ndarray:
         return np.asarray(self.base.decode_attn(b, ctx_sum, ctx_max), dtype=np.float64)
 
     def split_attention_us(self, t_p: float | None, t_d: float | None) -> float:
@@ -157,16 +195,19 @@ class SpCostModel:
         (tokens already in KV plus the new one) per rank; chunks / ctxs: every prefill chunk's new
         and cached tokens (Σ chunks = Σ n_p); num_sample_rows: rows the LM head samples on the
         busiest rank; dmax: each rank's longest decode context (optional)."""
-        if int(np.sum(n_p)) == 0:
+        if not any(n_p):
+            if dmax is not None and self._profile_fn() is not None:
+                return self.decode_step_s(n_d, dctx, dmax)   # the same floats, fewer calls
             dm = None if dmax is None else np.asarray(dmax)[None, :]
             return float(self.decode_only_s(n_d, np.asarray(dctx)[None, :], dm)[0])
         tokens = [int(p) + int(d) for p, d in zip(n_p, n_d)]
-        t_lin = max(self.base.dense_layer_us(x) for x in tokens)
-        t_p = self.prefill_path_us(int(max(n_p)), np.asarray(chunks), np.asarray(ctxs))
-        layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
-        busiest = max(tokens)
         b = self.base
+        busiest = max(tokens)
         b._ensure(max(busiest, num_sample_rows))
+        dense = b._dense
+        t_lin = max(dense[x] for x in tokens)   # dense_layer_us of each rank
+        t_p = self.prefill_path_us(int(max(n_p)), chunks, ctxs)   # arrays or lists
+        layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
         return (self.host_us(n_d, len(chunks)) + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
 
     def host_us(self, n_d, num_chunks: int) -> float:
@@ -196,20 +237,65 @@ class SpCostModel:
         # the launch model, LM head and in-situ factor of the busiest rank (GpuCostModel's)
         return (self.host_us(n_d, 0) + b.forward_us(busy, layer, busy)) * 1e-6
 
+    def decode_step_s(self, n_d, c0, m0) -> float:
+        """`decode_steps_s(n_d, c0, m0, 0, 1)[0]`: one decode-only step in plain floats (each
+        rank's attention from its cached line or alone, `rank_attn1`; `forward_us` on a float
+        takes the same IEEE operations as on an array)."""
+        busy = max(n_d)
+        if busy == 0:
+            return 0.0
+        b = self.base
+        b._ensure(busy)
+        dense = b._dense
+        t_lin = max(dense[x] for x in n_d)
+        t_d = max(self.rank_attn1(r, int(k), int(c), int(m))
+                  for r, (k, c, m) in enumerate(zip(n_d, c0, m0)) if k > 0)
+        return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, t_lin + t_d, busy)) * 1e-6
+
     def decode_steps_s(self, n_d, c0, m0, lo: int, n: int) -> np.ndarray:
         """`decode_only_s` of steps lo .. lo + n − 1 after a step whose ranks hold n_d decodes
         with Σ context c0 and longest m0 (every step adds n_d and 1): the same floats."""
         busy = max(n_d)
         if busy == 0:
             return np.zeros(n)
+        if n == 1 and lo == 0:
+            return np.array([self.decode_step_s(n_d, c0, m0)])
         b = self.base
         b._ensure(busy)
-        t_lin = max(b.dense_layer_us(int(x)) for x in n_d)
-        t_d = np.max(np.stack([self.rank_attn(r, int(k), int(c) + int(k) * lo, int(m) + lo, n)
-                               for r, (k, c, m) in enumerate(zip(n_d, c0, m0)) if k > 0]),
-                      axis=0)
-        layer = t_lin + t_d
-        return (b.iter_us + b.per_seq_us * busy + b.forward_us(busy, layer, busy)) * 1e-6
+        dense = b._dense
+        t_lin = max(dense[x] for x in n_d)
+        lines = [self.rank_attn(r, int(k), int(c) + int(k) * lo, int(m) + lo, n)
+                 for r, (k, c, m) in enumerate(zip(n_d, c0, m0)) if k > 0]
+        # the ranks' elementwise maximum (np.max of their stack) in a fresh array (the lines
+        # are views of the cache), then t_lin added in place
+        if len(lines) == 1:
+            t = lines[0] + t_lin
+        else:
+            t = np.maximum(lines[0], lines[1])
+            for x in lines[2:]:
+                np.maximum(t, x, out=t)
+            t += t_lin
+        return self._forward_s(busy, t)
+
+    def _forward_s(self, busy: int, layer: np.ndarray) -> np.ndarray:
+        """`(iter_us + per_seq_us·busy + base.forward_us(busy, layer, busy)) · 1e-6` for an
+        array of per-layer times, computed in place (`GpuCostModel.layers_us` and `forward_us`'s
+        operations in their order; addition commutes exactly)."""
+        b = self.base
+        if busy <= b.graph_max:
+            t = layer - b.graph_overlap_layer_us
+            layer *= 0.5
+            np.maximum(t, layer, out=t)
+            t *= b.num_layers
+            t += b.graph_us
+        else:
+            t = np.maximum(layer, b.launch_layer_us, out=layer)
+            t *= b.num_layers
+        t += b._lm[busy]
+        t *= b._situ[busy]
+        t += b.iter_us + b.per_seq_us * busy
+        t *= 1e-6
+        return t
 
     def prefill_alone_s(self, prompt_tokens: int) -> float:
         """One whole prompt, sharded evenly over the R ranks, no decodes (Fig. 14b style)."""

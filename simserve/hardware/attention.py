@@ -28,9 +28,10 @@ class PrefillWork:
         self.curve = Curve.from_lists(name, m["work"], m["us"])  # extra keys (source) ignored
         self.per_request_us = float(m.get("per_request_us", 0.0))
 
-    def us(self, chunks: np.ndarray, ctxs: np.ndarray) -> float:
-        c = chunks.astype(np.float64)
-        work = float((c * (ctxs + (c + 1.0) / 2.0)).sum())
+    def us(self, chunks, ctxs) -> float:
+        """Arrays or lists of the chunks' new and cached tokens."""
+        c = np.asarray(chunks).astype(np.float64)
+        work = float((c * (np.asarray(ctxs) + (c + 1.0) / 2.0)).sum())
         return float(self.curve(work)) + self.per_request_us * len(chunks)
 
 
@@ -40,11 +41,14 @@ class PrefillGrid:
     def __init__(self, name: str, m: dict):
         self.grid = Grid.from_mapping(name, m)
 
-    def us(self, chunks: np.ndarray, ctxs: np.ndarray) -> float:
+    def us(self, chunks, ctxs) -> float:
+        """Arrays or lists of the chunks' new and cached tokens (lists of ints save two
+        conversions; the sum is the same)."""
         g = self.grid
         cmax = int(g.xs[-1])
         total = 0.0
-        for c, x in zip(chunks.tolist(), ctxs.tolist()):
+        for c, x in zip(chunks if type(chunks) is list else chunks.tolist(),
+                        ctxs if type(ctxs) is list else ctxs.tolist()):
             # a chunk longer than the grid is the same causal work as consecutive pieces of the
             # longest measured chunk, each after the ones before it (time grows with c^2)
             while c > cmax:

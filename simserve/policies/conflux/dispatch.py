@@ -55,7 +55,7 @@ def waterfill(tokens: int, loads: Sequence[int], level: int) -> tuple[int, ...]:
     out = [0] * n
     if tokens <= 0:
         return tuple(out)
-    order = sorted(range(n), key=lambda r: (loads[r], r))
+    order = sorted(range(n), key=loads.__getitem__)  # stable: ties keep the lower index
     cap = sum(max(0, level - loads[r]) for r in order)
     if tokens > cap:
         raise ValueError(f"waterfill: {tokens} tokens do not fit below level {level} (room {cap})")

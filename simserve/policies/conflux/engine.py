@@ -54,23 +54,24 @@ class XpInstance(SpRanksEngine):
         nb = (c + bs) // bs        # blocks for c + 1 tokens
         nb -= t.blocks[flat]
         np.maximum(nb, 0, out=nb)
-        sums = np.add.reduceat(np.stack((nb, c)), idx, axis=1).tolist()
         need = [0] * R
-        for r, x in zip(nz, sums[0]):
+        for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
             need[r] = x
         if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
-            for x, p in zip(need, self.pools):
-                p.allocate(x)
-            t.blocks[flat] += nb
+            if any(need):  # (adding zeros changes nothing)
+                for x, p in zip(need, self.pools):
+                    p.allocate(x)
+                t.blocks[flat] += nb
+            sums = np.add.reduceat(c, idx).tolist()
         else:  # some rank preempts: the general path, then the survivors' contexts
             self._grow_decodes()
             flat, nd, nz, idx = self._flat_decodes()
             if not nz:
                 return nd, [0] * R, [0] * R
             c = t.computed[flat]
-            sums = [None, np.add.reduceat(c, idx).tolist()]
+            sums = np.add.reduceat(c, idx).tolist()
         dctx, rmax = [0] * R, [0] * R
-        for r, x, m in zip(nz, sums[1], np.maximum.reduceat(c, idx).tolist()):
+        for r, x, m in zip(nz, sums, np.maximum.reduceat(c, idx).tolist()):
             dctx[r], rmax[r] = x + nd[r], m + 1
         return nd, dctx, rmax
 
@@ -93,9 +94,9 @@ class XpInstance(SpRanksEngine):
         if not chunks:
             if not any(nd):
                 return None
-            # decode-only: `decode_steps_s` at step 0 gives `iteration_s`'s floats (its
-            # decode-only branch, `decode_only_s`) from the ranks' cached decode lines
-            dt = float(self.cost.decode_steps_s(nd, dctx, rmax, 0, 1)[0])
+            # decode-only: `decode_step_s` gives `iteration_s`'s floats (its decode-only
+            # branch) from the ranks' cached decode lines
+            dt = self.cost.decode_step_s(nd, dctx, rmax)
             dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
             self.last_prefill_per_rank = [0] * R
             return dt, lambda: self._apply(dec_ids, (), ())
@@ -113,9 +114,8 @@ class XpInstance(SpRanksEngine):
                 self._start_transfer(ch.req_id, ch.decode_rank, ch.context + ch.tokens)
         finishing = [ch for ch in chunks if ch.finishes]
         dt = self.cost.iteration_s(
-            n_p, nd, dctx, np.array([ch.tokens for ch in chunks], dtype=np.int64),
-            np.array([ch.context for ch in chunks], dtype=np.int64), max(nd) + len(finishing),
-            rmax)
+            n_p, nd, dctx, [ch.tokens for ch in chunks], [ch.context for ch in chunks],
+            max(nd) + len(finishing), rmax)
         if self.tracker is not None:  # the estimate this dispatch planned against
             self.tracker.add(dt, self.est.iteration_time(
                 n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], rmax))

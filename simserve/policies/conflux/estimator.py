@@ -108,8 +108,20 @@ class ConfluxEstimator:
         if max_tokens <= 0:
             return 0.0
         t_gemm = self.gamma * max_tokens + self.gamma0
-        t_p = self.prefill_path(max_prefill_tokens, prefill_work_sum, num_ranks)
-        return self.num_layers * (t_gemm + self.split(t_p, t_d))
+        if max_prefill_tokens <= 0 or t_d is None or not self.overlap:
+            t_p = self.prefill_path(max_prefill_tokens, prefill_work_sum, num_ranks)
+            return self.num_layers * (t_gemm + self.split(t_p, t_d))
+        # both paths run, overlapped (dispatch's common case, called ~10 times an iteration):
+        # `prefill_path` and `split` inlined, the same expressions (`t or 0.0` is t for a
+        # float); max / min spelled out as the builtins pick (the first of equals)
+        t_p = (self.a_comm * max_prefill_tokens + self.a_comm0
+               + self.a_p * prefill_work_sum / num_ranks + self.a_p0)
+        a, b = self.beta * t_p, self.alpha * t_d
+        hi = b if b > a else a
+        if self.literal:
+            return self.num_layers * (t_gemm + hi)
+        both = t_p + t_d
+        return self.num_layers * (t_gemm + (both if both < hi else hi))
 
     def prefill_path(self, max_prefill_tokens: int, prefill_work_sum: float,
                      num_ranks: int) -> float | None:

@@ -25,7 +25,7 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
     if not nz:
         return 0
     gen = t.generated[ids]
-    kmax = int(min((t.output[ids] - gen).min(), cap, LEAP_CAP))
+    kmax = int(min(np.minimum.reduce(t.output[ids] - gen), cap, LEAP_CAP))
     if kmax < 2:
         return 0
     c = t.computed[ids]
@@ -38,8 +38,11 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
     # arrival (each step's price and the running sum are the same as all at once)
     parts, last, lo, n = [], eng.clock, 0, 64
     while lo < kmax:
-        d = eng.cost.decode_steps_s(nd, c0, rmax, lo, min(n, kmax - lo))
-        e = np.cumsum(np.concatenate(([last], d)))[1:]
+        # np.cumsum([last, *d])[1:] in place: d is a fresh array, its first step plus `last`
+        # is `last` plus it, and numpy's cumsum adds one element after another
+        e = eng.cost.decode_steps_s(nd, c0, rmax, lo, min(n, kmax - lo))
+        e[0] += last
+        e.cumsum(out=e)
         parts.append(e)
         last, lo, n = e[-1], lo + len(e), 2 * n
         if last >= arrival:
@@ -51,22 +54,26 @@ def leap_instance(eng, cap: int = LEAP_CAP) -> int:
     held = t.blocks[ids]
     free = [p.num_free for p in eng.pools]
 
-    def new_blocks(j: int) -> list:
+    def new_blocks(j: int) -> tuple[list, np.ndarray]:
+        """Each rank's new blocks for j more tokens per decode, and every decode's blocks."""
         need = [0] * R
-        nb = np.maximum(0, (c + (j + bs - 1)) // bs - held)
+        blocks = (c + (j + bs - 1)) // bs
+        nb = blocks - held
+        np.maximum(nb, 0, out=nb)
         for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
             need[r] = x
-        return need
+        return need, blocks
 
-    grow = new_blocks(k)
+    grow, blocks = new_blocks(k)
     if not all(x <= f for x, f in zip(grow, free)):
-        k = largest_k(k, lambda j: all(x <= f for x, f in zip(new_blocks(j), free)))
+        k = largest_k(k, lambda j: all(x <= f for x, f in zip(new_blocks(j)[0], free)))
         if k < 2:
             return 0
-        grow = new_blocks(k)
+        grow, blocks = new_blocks(k)
     for p, x in zip(eng.pools, grow):
         p.allocate(x)
-    t.blocks[ids] = np.maximum(held, (c + (k + bs - 1)) // bs)
+    np.maximum(blocks, held, out=blocks)
+    t.blocks[ids] = blocks
     t.computed[ids] = c + k
     end = float(ends[k - 1])
     if eng.ctx.recorder.trace is not None:

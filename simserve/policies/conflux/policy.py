@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from simserve.cost.sp import PAPER_CONTENTION
+from simserve.cost.sp import PAPER_CONTENTION, SpCostModel
 from simserve.policies import register
 from simserve.policies.base import Deployment, deploy, executed, fitted_model, kv_blocks
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
 from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost, fit_paper
-from simserve.policies.conflux.sp_cost import LineCostModel
 from simserve.policies.conflux.tracking import EstimatorTracker
 from simserve.policies.sp_ranks import check_fits, instance_layout
 from simserve.sim.context import SimContext
@@ -33,7 +32,7 @@ def build(ctx: SimContext, cfg: ConfluxConfig) -> Deployment:
     hw, model = ctx.hardware, ctx.model
     R = instance_layout(hw.num_gpus, cfg.instances, cfg.tp, "conflux")
     alpha, beta = contention(cfg, hw.gpu)
-    make = lambda: LineCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, alpha, beta,  # noqa: E731
+    make = lambda: SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, alpha, beta,  # noqa: E731
                                  cfg.cuda_graphs, table_tokens=cfg.max_tokens_per_rank,
                                  overlap=cfg.overlap)
     # the estimator is fitted on the model (the scheduler's prediction, fixed before serving);
