@@ -10,23 +10,19 @@ every candidate has a shard size not seen before. Two things are kept here:
 - `comm_us`: both all-to-alls of a layer by shard size, tabulated (the link's function
   evaluated elementwise over shard sizes: the scalar calls' floats) instead of evaluating the
   link's fitted function twice per new size;
-- `_attn`, the decode-attention lines behind `decode_steps_s` (a rank's decodes over
-  consecutive steps, asked for whenever a decode joins or leaves): priced by
-  `decode_steps_us`, which gives the general array call's floats with a third of its numpy
-  calls.
 - `decode_steps_s` with one busy rank (LoongServe's scale-down consolidates decodes, so
   this is the usual case): that rank's GPU model's consecutive steps
   (`GpuCostModel.decode_steps_s`, or `decode_steps_list` for a few), the same operations on
   the same values as the SP path, whose maximum over ranks and linear time of idle ranks (0)
   then change nothing.
-Tests check all four against `SpCostModel`'s.
+Tests check all three against `SpCostModel`'s (whose decode-attention lines already take
+`decode_steps_us`'s fast path).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from simserve.cost.sp import SpCostModel
-from simserve.hardware.attention import decode_steps_us
 from simserve.sim.leap import LIST_STEPS
 
 
@@ -74,17 +70,6 @@ class LoongCostModel(SpCostModel):
         b._ensure(busiest if busiest >= rows else rows)
         # host_us: no decodes, one sequence per chunk
         return (b.iter_us + b.per_seq_us * rows + b.forward_us(busiest, layer, rows)) * 1e-6
-
-    def _attn(self, b: int, ctx_sum: np.ndarray, ctx_max: np.ndarray) -> np.ndarray:
-        """`SpCostModel._attn` of consecutive steps (Σ context + b and longest + 1 per step,
-        as `rank_attn` asks) as one `decode_steps_us` run; anything else the general way."""
-        fn, k = self.base._decode_fn, len(ctx_max)
-        if k < 1 or getattr(self.base.decode_attn, "__self__", None) is not fn:
-            return super()._attn(b, ctx_sum, ctx_max)
-        s0, m0 = int(ctx_sum[0]), int(ctx_max[0])
-        if int(ctx_max[-1]) != m0 + k - 1 or int(ctx_sum[-1]) != s0 + b * (k - 1):
-            return super()._attn(b, ctx_sum, ctx_max)
-        return np.asarray(decode_steps_us(fn, b, s0, m0, k), dtype=np.float64)
 
     def decode_steps_s(self, n_d, c0, m0, lo: int, n: int) -> np.ndarray:
         """`SpCostModel.decode_steps_s`; with one busy rank, its GPU model's steps."""
