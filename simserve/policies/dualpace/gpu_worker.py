@@ -56,8 +56,9 @@ class MainRun:
 
     def expected_end(self) -> float:
         """When the worker's end-of-batch timer fires: armed at `arm` for `end − arm`."""
-        a = self.arm
-        return a + max(0.0, self.end - a)
+        a = self.arm     # `end` written out (the same float operations)
+        e = self.start + (self.pre + self.N * self.layer + self.post) + self.shift
+        return a + max(0.0, e - a)
 
     def next_boundary(self, now: float):
         """The first stage boundary at or after `now` (None: in the post-layer)."""
@@ -95,7 +96,7 @@ class MainRun:
 
     @property
     def end(self) -> float:
-        return self.start + self.offset(self.N + 2) + self.shift
+        return self.start + (self.pre + self.N * self.layer + self.post) + self.shift   # offset(N + 2)
 
     @staticmethod
     def fresh_ends(start: float, pre: float, layer: float, post: float, N: int):
@@ -113,6 +114,7 @@ class GpuWorker:
         self.staged = staged
         self.closed_form = closed_form
         self.chain = closed_form          # `serve_at`: a CPU batch's next assists at once
+        self.num_chained = 0              # assists served by `serve_at`
         self.run: MainRun | None = None   # the staged main batch holding the GPU
         self.copies = None                # Prefill-to-CPU copies worked out in closed form
         self.serving = None               # (assist, start) in service on the event path
@@ -205,6 +207,7 @@ class GpuWorker:
         if sv is None:
             return None
         self.book(run, sv, h2d_bytes, d2h_bytes)
+        self.num_chained += 1
         return sv[2]
 
     def service(self, run: MainRun, now: float, h2d_bytes: float, gpu_s: float,
