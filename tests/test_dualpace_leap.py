@@ -115,3 +115,23 @@ def test_no_per_layer_events_while_no_assist_is_pending():
     # handful of events per batch, however many layers
     assert events[False] > 4 * 32 * batches["gpu"]
     assert events[True] < 10 * (batches["gpu"] + batches["cpu"])
+
+
+def test_chained_assists_match_one_assist_per_event(monkeypatch):
+    # a Fused-Assist batch's next assists served at once during a main batch
+    # (`GpuWorker.serve_at`) give the same run as asking for each one when it is due
+    w = _loaded()
+    params = dict(FAST, assist_p=0, assist_f=0, num_gpu_blocks_override=600,
+                  num_cpu_blocks_override=20_000)
+    a = Sim(w, dict(params, leap=True))
+    assert a.gpu.worker.num_chained > 100
+    from simserve.policies.dualpace.gpu_worker import GpuWorker
+    monkeypatch.setattr(GpuWorker, "serve_at", lambda self, *args: None)
+    b = Sim(w, dict(params, leap=True))
+    assert b.gpu.worker.num_chained == 0
+    assert np.array_equal(a.table.token_times, b.table.token_times)
+    assert np.array_equal(a.table.token_on_cpu, b.table.token_on_cpu)
+    assert _log(a) == _log(b)
+    assert _accounting(a) == _accounting(b)
+    assert a.gpu.worker.num_closed_form == b.gpu.worker.num_closed_form
+    assert a.num_events < b.num_events

@@ -139,4 +139,20 @@ class CpuBatchExecutor:
                 yield self._sleep(then)
         else:                                   # served in closed form: wake when it is done
             self.next_s = t if then is None else t + then
+            if then is not None and w.chain:
+                self._chain(h2d_bytes, gpu_s, d2h_bytes, then)
             yield at(env, self.next_s)
+
+    def _chain(self, h2d_bytes: float, gpu_s: float, d2h_bytes: float, then: float) -> None:
+        """Fused-Assist's next post-attention assists, served now in closed form while the
+        main batch would serve each at `next_s` (`GpuWorker.serve_at`): one event for the
+        whole chain instead of one per assist. Stops where stepping would not serve in
+        closed form; the loop in `run` then goes on from there as before."""
+        w, last = self.worker, self.N - 1
+        run = w.run
+        while self.j < last:
+            sv = w.serve_at(run, self.next_s, h2d_bytes, gpu_s, d2h_bytes)
+            if sv is None:
+                return
+            self.j += 1
+            self.next_s = sv + then

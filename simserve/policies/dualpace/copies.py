@@ -15,6 +15,7 @@ assist the closed form does not cover hands the rest back to events (`interrupt`
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 import numpy as np
 
@@ -54,15 +55,23 @@ class CopyStream:
         a copy asked for at or after `busy_from` gets the channel at `busy_to`."""
         run, N, d = self.run, self.run.N, self.d
         j, ph, T = self.j, self.phase, self.T
+        # `run.layer_end(j, T)` written out (the same float operations): the run does not
+        # change while the loop steps
+        start, pre, layer, bounds, cums, p = (run.start, run.pre, run.layer, run.bounds,
+                                              run.cums, run.pending)
+        ends = self.ends
         while ph != DONE and (T < until or (inclusive and T == until)):
             if ph == WIRE:                   # copy j is on the host; the loop checks j + 1
-                self.ends.append(T)
+                ends.append(T)
                 j += 1
                 ph = DONE if j == N else CHECK
             elif ph == QUEUE:                # granted: on the wire from T
                 ph, T = WIRE, T + d
             else:                            # CHECK / WAIT: layer j's end as known at T
-                te = run.layer_end(j, T)
+                i = bisect_right(bounds, j + 1)
+                te = start + (pre + (j + 1) * layer) + (cums[i - 1] if i else 0)
+                if p is not None and p[0] <= j + 1:
+                    te += T - p[1]
                 if te > T:
                     ph, T = WAIT, T + (te - T)
                 elif T >= busy_from:

@@ -56,8 +56,9 @@ class MainRun:
 
     def expected_end(self) -> float:
         """When the worker's end-of-batch timer fires: armed at `arm` for `end − arm`."""
-        a = self.arm
-        return a + max(0.0, self.end - a)
+        a = self.arm     # `end` written out (the same float operations)
+        e = self.start + (self.pre + self.N * self.layer + self.post) + self.shift
+        return a + max(0.0, e - a)
 
     def next_boundary(self, now: float):
         """The first stage boundary at or after `now` (None: in the post-layer)."""
@@ -95,7 +96,7 @@ class MainRun:
 
     @property
     def end(self) -> float:
-        return self.start + self.offset(self.N + 2) + self.shift
+        return self.start + (self.pre + self.N * self.layer + self.post) + self.shift   # offset(N + 2)
 
     @staticmethod
     def fresh_ends(start: float, pre: float, layer: float, post: float, N: int):
@@ -112,6 +113,8 @@ class GpuWorker:
         self.host_s = host_s
         self.staged = staged
         self.closed_form = closed_form
+        self.chain = closed_form          # `serve_at`: a CPU batch's next assists at once
+        self.num_chained = 0              # assists served by `serve_at`
         self.run: MainRun | None = None   # the staged main batch holding the GPU
         self.copies = None                # Prefill-to-CPU copies worked out in closed form
         self.serving = None               # (assist, start) in service on the event path
@@ -179,6 +182,32 @@ class GpuWorker:
         if sv is None:
             return None
         self.book(run, sv, h2d_bytes, d2h_bytes)
+        return sv[2]
+
+    def serve_at(self, run: MainRun, at_s: float, h2d_bytes: float, gpu_s: float,
+                 d2h_bytes: float):
+        """`try_serve` of an assist that the CPU batch will ask for at `at_s` (≥ now), worked
+        out now: its completion time, booked; None where `try_serve` at `at_s` would not
+        serve it in closed form (nothing is booked then).
+
+        Called only just after this batch's previous assist was served in closed form during
+        `run` (so `run` holds the GPU, the queue is empty, nothing is pending and both
+        channels are free now). Until `at_s` nothing else can change what `try_serve` reads:
+        assists come only from the one CPU batch, which sleeps until `at_s`; the GPU engine
+        waits for `run` to end, so it neither starts transfers nor another batch (and only a
+        batch start creates Prefill-to-CPU copies, hence `copies is None` is checked now);
+        `run` is still the worker's batch at `at_s` iff `at_s < run.expected_end()`, which
+        `try_serve` checks too. The only other event in between, the worker's end-of-batch
+        timer, re-arms itself from `run` and ends the batch at the same time either way.
+        So the same checks and `service` on the same `run` state give the same floats."""
+        if (self.copies is not None or self.queue or run.pending is not None
+                or at_s >= run.expected_end() or not (self.h2d.idle and self.d2h.idle)):
+            return None
+        sv = self.service(run, at_s, h2d_bytes, gpu_s, d2h_bytes)
+        if sv is None:
+            return None
+        self.book(run, sv, h2d_bytes, d2h_bytes)
+        self.num_chained += 1
         return sv[2]
 
     def service(self, run: MainRun, now: float, h2d_bytes: float, gpu_s: float,
