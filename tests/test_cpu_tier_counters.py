@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simserve.models import get_model
 from simserve.run import collect_counters, simulate_point
 from simserve.runner.config import load_experiment
 from simserve.runner.point import make_workload, run_experiment_config
@@ -38,17 +39,22 @@ def test_dualpace_counters_reach_summary_json(tmp_path):
     assert 0 < c["cpu_token_share"] < 1
 
 
-def test_dualpace_cpu_token_counter_equals_the_tokens_the_table_marks_on_cpu():
-    cfg = load_experiment(SMOKE, ["policies=[{name: dualpace}]", "workload.rates=[3.0]"])
+def _smoke_counters(policy: str):
+    """(workload, counters, tokens the request table marks as decoded on the CPU) of the
+    smoke experiment's point at 3 req/s under `policy`."""
+    cfg = load_experiment(SMOKE, [f"policies=[{{name: {policy}}}]", "workload.rates=[3.0]"])
     wl = make_workload(cfg, 3.0, 0)
     p = cfg.policies[0]
     res = simulate_point(wl, cfg.model, cfg.hardware, p.name, p.config)
-    c = res.stats["counters"]
-    marked = int(np.count_nonzero(res.records.token_on_cpu))
+    return wl, res.stats["counters"], int(np.count_nonzero(res.records.token_on_cpu)), cfg
+
+
+def test_dualpace_cpu_token_counter_equals_the_tokens_the_table_marks_on_cpu():
+    wl, c, marked, cfg = _smoke_counters("dualpace")
     assert marked > 0 and c["num_cpu_tokens"] == marked
     assert c["cpu_token_share"] == marked / int(wl.output_tokens.sum())
     # Dense Assist calls: one per Split-Final batch, one per layer of a Fused-Assist batch
-    layers = 32                                 # Llama-3.1-8B
+    layers = get_model(cfg.model).num_layers
     assert c["num_dense_assist_calls"] == (c["num_split_final_batches"]
                                            + layers * c["num_fused_assist_batches"])
 
@@ -78,12 +84,7 @@ def test_collect_counters_sums_per_key_and_skips_engines_without_them():
 def test_neo_counters_match_the_tokens_the_table_marks_on_cpu():
     # the smoke workload on NEO: its HBM fills too, so it offloads prompts and decodes some
     # tokens with CPU attention
-    cfg = load_experiment(SMOKE, ["policies=[{name: neo}]", "workload.rates=[3.0]"])
-    wl = make_workload(cfg, 3.0, 0)
-    p = cfg.policies[0]
-    res = simulate_point(wl, cfg.model, cfg.hardware, p.name, p.config)
-    c = res.stats["counters"]
-    marked = int(np.count_nonzero(res.records.token_on_cpu))
+    wl, c, marked, _ = _smoke_counters("neo")
     assert marked > 0 and c["num_cpu_tokens"] == marked
     assert c["num_cpu_batches"] > 0 and c["num_prefill_to_cpu"] > 0
     assert c["num_prefill_to_gpu"] + c["num_prefill_to_cpu"] == wl.num_requests

@@ -14,6 +14,8 @@ import pytest
 
 import simserve
 from simserve.cli import main
+from tests.sweep_helpers import pinned_date  # noqa: F401 (autouse fixture)
+from tests.sweep_helpers import sweep as _sweep, tree as _tree
 from simserve.errors import SimserveError
 from simserve.runner import sweep_run
 from simserve.runner.sweep import load_sweep
@@ -57,20 +59,7 @@ sys.addaudithook(_not_here)
 """
 
 
-def _sweep(args) -> int:
-    return main(["sweep", *map(str, args), "-q"])
 
-
-def _tree(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file()}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pinned_date():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SOURCE_DATE_EPOCH", "1700000000")
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -184,7 +184,8 @@ def test_loong_cost_model_prices_are_sp_cost_model_ones(k, batches):
        st.lists(st.integers(1, 20000), min_size=4, max_size=4),
        st.integers(0, 600), st.integers(1, 300))
 def test_loong_cost_model_decode_lines_are_sp_cost_model_ones(nd, lens, lo, n):
-    """Decode-attention lines priced as `decode_steps_us` runs give `decode_steps_s`'s floats."""
+    """`LoongCostModel.decode_steps_s` (its one-busy-rank path, else `SpCostModel`'s) gives
+    `SpCostModel.decode_steps_s`'s floats, for a line started and then extended."""
     cost = SpCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
     loong = LoongCostModel(QWEN14, HW4.gpu, HW4.nvlink, 4, 1)
     c0 = [b * m for b, m in zip(nd, lens)]

@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.cli import main
+from tests.sweep_helpers import pinned_date  # noqa: F401 (autouse fixture)
+from tests.sweep_helpers import sweep as _sweep, tree as _tree
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner import sweep_run, sweep_task
 from simserve.runner.sweep import axis_values, load_sweep
@@ -43,16 +45,6 @@ def _write(tmp_path: Path, text: str, name: str = "sweep.yaml") -> Path:
     return p
 
 
-def _sweep(args) -> int:
-    return main(["sweep", *map(str, args), "-q"])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pinned_date():
-    """Records carry the date they ran; pinned so that reruns compare byte for byte."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SOURCE_DATE_EPOCH", "1700000000")
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +55,6 @@ def reference(tmp_path_factory):
     assert _sweep([cfg, "--out", tmp / "out", "--workers", 2]) == 0
     return tmp / "out"
 
-
-def _tree(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file()}
 
 
 # ------------------------------------------------------------------------- expansion

@@ -162,8 +162,14 @@ class SmShareCost:
         ctx_sum = np.asarray(ctx_sum, dtype=np.int64)
         if f >= 1.0:
             return np.asarray(self.cost.decode_only_s(batch, ctx_sum, ctx_max), dtype=np.float64)
-        hd = self.m.head_dim
         t = np.asarray(self.cost.decode_attn(batch, ctx_sum, ctx_max), dtype=np.float64)
+        return self._decode_steps_on_share(batch, ctx_sum, t, f)
+
+    def _decode_steps_on_share(self, batch: int, ctx_sum: np.ndarray, t: np.ndarray,
+                               f: float) -> np.ndarray:
+        """Decode steps of Σ contexts `ctx_sum` on share f < 1, from their whole-GPU attention
+        times `t` (µs per layer)."""
+        hd = self.m.head_dim
         flops = 4.0 * self.nh * hd * ctx_sum
         nbytes = 2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES
         full = np.maximum(flops / self.P, nbytes / self.W)

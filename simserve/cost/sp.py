@@ -282,17 +282,7 @@ class SpCostModel:
         array of per-layer times, computed in place (`GpuCostModel.layers_us` and `forward_us`'s
         operations in their order; addition commutes exactly)."""
         b = self.base
-        if busy <= b.graph_max:
-            t = layer - b.graph_overlap_layer_us
-            layer *= 0.5
-            np.maximum(t, layer, out=t)
-            t *= b.num_layers
-            t += b.graph_us
-        else:
-            t = np.maximum(layer, b.launch_layer_us, out=layer)
-            t *= b.num_layers
-        t += b._lm[busy]
-        t *= b._situ[busy]
+        t = b.forward_steps_us(busy, layer)
         t += b.iter_us + b.per_seq_us * busy
         t *= 1e-6
         return t

@@ -157,7 +157,6 @@ class ChunkedEngine(EngineBase):
         self.num_preemptions = 0
         self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
         self._pending: _Leap | None = None  # a leap priced but not yet committed
-        self._carry = None  # the batch's state right after a leap (`_commit_leap`)
         self._proc = None  # this engine's SimPy process (a cut leap interrupts its wait)
         # arrivals that came to this engine / went elsewhere while a leap waited for them:
         # once most go elsewhere, leaps are priced to their own bounds at once (`_price`)
@@ -350,7 +349,6 @@ class ChunkedEngine(EngineBase):
         t.blocks[done] = 0
         gone = set(done.tolist())
         self.running = [r for r in self.running if r not in gone]
-        self._carry = None
 
     def _sample(self) -> None:
         t = self.ctx.table
@@ -366,7 +364,6 @@ class ChunkedEngine(EngineBase):
         before an allocation could evict one of the head's cached hits (the only way its
         admission could get cheaper). Under async scheduling a head the next step will not
         see (it reached the engine after the step was scheduled) allows one step."""
-        carry, self._carry = self._carry, None
         running = self.running
         if not running or len(running) > self.budget:
             return None
@@ -376,17 +373,12 @@ class ChunkedEngine(EngineBase):
             return None  # admissible even if every decode takes a new block: no leap
         t = self.ctx.table
         bs = self.pool.block_size
-        if carry is not None and carry[0] is running and len(carry[1]) == len(running):
-            # straight after a leap (nothing else ran in between): no table reads
-            _, c, g, room = carry
-            ids = np.array(running, dtype=np.int64)
-        else:
-            ids = np.array(running, dtype=np.int64)
-            c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
-            g = t.generated[ids].tolist()
-            if 0 in g or t.num_tokens[ids].tolist() != [x + 1 for x in c]:
-                return None  # a prefill (or recompute) is in flight
-            room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
+        ids = np.array(running, dtype=np.int64)
+        c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
+        g = t.generated[ids].tolist()
+        if 0 in g or t.num_tokens[ids].tolist() != [x + 1 for x in c]:
+            return None  # a prefill (or recompute) is in flight
+        room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
         free = self.pool.num_free
         most, cap = LEAP_CAP, free
         if waiting:
@@ -512,7 +504,7 @@ class ChunkedEngine(EngineBase):
         p = self._pending
         k, j = bisect.bisect_left(p.ends, now), len(p.delivered)
         if k > j:
-            p.delivered += self.frontend.deliver_list(p.ends[j:k], p.B)
+            p.delivered += self.frontend.deliver_many(p.ends[j:k], p.B)
 
     def _commit_leap(self, p: _Leap, k: int) -> None:
         """Apply the leap's first k steps."""
@@ -534,20 +526,12 @@ class ChunkedEngine(EngineBase):
         if self.frontend is not None:
             j = len(p.delivered)
             times = p.delivered[:k] if j >= k else \
-                p.delivered + self.frontend.deliver_list(ends[j:], B)
+                p.delivered + self.frontend.deliver_many(ends[j:], B)
         done = t.emit_steps(ids, times, p.g)
         if len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
         self._sample()
-        # what the next `_leap_state` would read back from the table, on plain ints: the
-        # batch goes on decoding (finished requests gone), k tokens further
-        gone = set(done.tolist()) if len(done) else ()
-        keep = [i for i, r in enumerate(ids.tolist()) if r not in gone]
-        self._carry = (self.running,
-                       [c[i] + k for i in keep], [p.g[i] + k for i in keep],
-                       [r - k if r >= k else -(-(c[i] + k) // bs) * bs - c[i] - k
-                        for i, r in ((i, p.room[i]) for i in keep)])
 
     # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
     def _admit(self, ids, n):
@@ -580,7 +564,6 @@ class ChunkedEngine(EngineBase):
         self.waiting.popleft()
         self._reached.pop(r, None)
         self.running.append(r)
-        self._carry = None
 
     def _head_admits(self, num_running: int, free_blocks: int) -> bool:
         """Would `_admit` take the head of the queue with this many running and free blocks?"""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
 
 INF = float("inf")
 
@@ -72,14 +71,10 @@ class FrontEnd:
         self.busy_s += w
         return self.out_free + self.out_delay_s
 
-    def deliver_many(self, ends: np.ndarray, outputs: int) -> np.ndarray:
+    def deliver_many(self, ends: list[float], outputs: int) -> list[float]:
         """`deliver` for consecutive steps ending at `ends` (nondecreasing), `outputs` tokens
         each, with the same float operations as one `deliver` call per step (event leaping
         must give byte-identical results to stepping)."""
-        return np.asarray(self.deliver_list(ends.tolist(), outputs), dtype=np.float64)
-
-    def deliver_list(self, ends: list[float], outputs: int) -> list[float]:
-        """`deliver_many` on plain floats."""
         w = self.out_s + self.out_n_s * outputs
         f, d, busy = self.out_free, self.out_delay_s, self.busy_s
         head = self.head_done if self.pending else float("-inf")   # no admission in service

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simserve.cost.smshare import FLOOR_MAX_US, SmShareCost
+from simserve.cost.smshare import SmShareCost
 from simserve.hardware.attention import decode_steps_us
-from simserve.models import DTYPE_BYTES
 
 
 class MuxShareCost(SmShareCost):
@@ -88,14 +87,4 @@ class MuxShareCost(SmShareCost):
         ctx_sum *= batch
         ctx_sum += ctx_sum0
         t = decode_steps_us(c._decode_fn, batch, ctx_sum0, ctx_max0, k)
-        # from here on decode_steps_s's operations, in its order
-        hd = self.m.head_dim
-        flops = 4.0 * self.nh * hd * ctx_sum
-        nbytes = 2.0 * ctx_sum * self.nkv * hd * DTYPE_BYTES
-        full = np.maximum(flops / self.P, nbytes / self.W)
-        share = np.maximum(flops / (self.compute(f) * self.P), nbytes / (self.bw(f) * self.W))
-        floor = np.minimum(t, FLOOR_MAX_US)
-        attn = np.where(full <= 0, t, floor + (t - floor) * share / np.where(full > 0, full, 1.0))
-        layer = self.dense_us(batch, f, True) + attn
-        return np.asarray(self._iteration_s(batch, batch, layer, self.lm_us(batch, f)),
-                          dtype=np.float64)
+        return self._decode_steps_on_share(batch, ctx_sum, t, f)

@@ -100,19 +100,16 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
     for ln, gr, rid in zip(c_len, c_grow, c_ids) if rows >= 1 and toks >= 1 else ():
         if ln >= min_bad or (gr and host_free <= 0):
             continue
-        if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
+        if grown is None:    # T_lin of the target's tokens + 1
+            tg = (t1 if nxt else t0) + 1
+            grown = lin_memo.get(tg)
             if grown is None:
-                grown = lin_memo.get(t1 + 1)
-                if grown is None:
-                    grown = lin_memo[t1 + 1] = lin(t1 + 1)
+                grown = lin_memo[tg] = lin(tg)
+        if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
             new_t = cdec(n1 + 1, x1 + ln) + lnch
             s0 = grown + g_attn0 - cpu0
             s1 = lin0 - new_t
         else:                # to b0
-            if grown is None:
-                grown = lin_memo.get(t0 + 1)
-                if grown is None:
-                    grown = lin_memo[t0 + 1] = lin(t0 + 1)
             new_t = cdec(n0 + 1, x0 + ln) + lnch
             s0 = lin1 + g_attn0 - new_t
             s1 = grown - cpu1
