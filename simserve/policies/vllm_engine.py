@@ -42,6 +42,7 @@ from simserve.cost.host import engine_host
 from simserve.errors import ConfigError
 from simserve.policies.base import EngineBase, cost_model, kv_blocks
 from simserve.policies.vllm_engine_config import ChunkedConfig
+from simserve.policies.vllm_leap import PendingLeap, Segments, new_blocks, new_blocks_upto
 from simserve.sim.context import SimContext
 from simserve.sim.clock import at
 from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
@@ -53,44 +54,12 @@ SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plai
 INF = float("inf")
 
 
-def _new_blocks(room: list[int], k: int, bs: int) -> int:
-    """KV blocks that k more tokens take beyond the held ones: Σ max(0, ceil((k - room)/bs)),
-    i.e. Σ max(0, ceil((computed + k)/bs) - held)."""
-    return sum(-((r - k) // bs) for r in room if r < k)
-
-
-
-
 def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
     """The batch (ids, tokens) with the requests admitted this step appended."""
     if not new_ids:
         return ids, n
     return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
-
-
-@dataclasses.dataclass(eq=False, slots=True)
-class _Leap:
-    """A decode-only batch's next steps, priced and not yet applied: `ends` of the steps
-    priced so far, from `clock` (with contexts `c`, outputs `g`, KV `room`, Σ context
-    `ctx_sum0` and longest `ctx_max0` at the first of them); at most `kmax`; `own`: the next
-    time one of the engine's own requests can reach its queue (a step ending at or after it is
-    the last); `open`: priced only up to an arrival that may go to another engine;
-    `delivered`: when clients receive the first steps' tokens (their output work was
-    submitted to the front end ahead of a front-end event)."""
-    ids: np.ndarray
-    c: list
-    g: list
-    room: list
-    clock: float
-    B: int
-    ctx_sum0: int
-    ctx_max0: int
-    kmax: int
-    own: float
-    ends: list = dataclasses.field(default_factory=list)
-    open: bool = False
-    delivered: list = dataclasses.field(default_factory=list)  # clients' times, first steps
 
 
 class ChunkedEngine(EngineBase):
@@ -156,7 +125,7 @@ class ChunkedEngine(EngineBase):
         self._wake = None
         self.num_preemptions = 0
         self._step_hint = 0.0  # a recent decode step's duration (sizes a leap's pricing)
-        self._pending: _Leap | None = None  # a leap priced but not yet committed
+        self._pending: PendingLeap | None = None  # a leap priced but not yet committed
         self._proc = None  # this engine's SimPy process (a cut leap interrupts its wait)
         # arrivals that came to this engine / went elsewhere while a leap waited for them:
         # once most go elsewhere, leaps are priced to their own bounds at once (`_price`)
@@ -164,7 +133,12 @@ class ChunkedEngine(EngineBase):
 
     # -- queue interface used by the router ---------------------------------------------
     def load(self) -> int:
-        return len(self.running) + len(self.waiting)
+        """Requests held now: a pending leap's finishes count from their step's end."""
+        n = len(self.running) + len(self.waiting)
+        p = self._pending
+        if p is not None and len(p.starts) > 1:
+            n -= p.finished_before(self.ctx.env.now)
+        return n
 
     def enqueue(self, rid: int) -> None:
         now, fe = self.ctx.env.now, self.frontend
@@ -383,7 +357,7 @@ class ChunkedEngine(EngineBase):
         most, cap = LEAP_CAP, free
         if waiting:
             need = self._head_blocks(len(running))
-            if need is not None and need <= free - _new_blocks(room, 1, bs):
+            if need is not None and need <= free - new_blocks(room, 1, bs):
                 if self._head_seen():
                     return None
                 most = 1  # the next step decodes only
@@ -409,59 +383,83 @@ class ChunkedEngine(EngineBase):
 
     def _leap(self) -> int:
         """Price the decode-only batch's next k >= 1 steps at once (0: it cannot leap) and
-        keep them pending (`_Leap`); they are committed when the engine wakes at their end
-        (`_await_leap`). The same state and token times as k single steps.
+        keep them pending (`PendingLeap`); they are committed when the engine wakes at their
+        end (`_await_leap`). The same state and token times as k single steps.
 
         A leap stops at the first step ending at or after the next time one of this
         engine's own requests reaches its queue (`_bound_leap` moves that earlier when a new
-        one arrives), at the first finish and where KV runs out. It is priced up to the next
-        arrival anywhere and extended past it when the router sends that arrival elsewhere,
-        so replicas do not stop for each other's arrivals. With vLLM's front end, the output
-        work of the steps that ended before a front-end event (an admission submitted or
-        completed) is submitted just before it (`_deliver_before`): the front end serves work
-        in time order, and stepping would have submitted it by then."""
+        one arrives) and where KV runs out. While nobody waits it runs on through finishes
+        (segments of `vllm_leap`; the router sees a finish from its time, `load`), else it
+        stops at the first. It is priced up to the next arrival anywhere and extended past
+        it when the router sends that arrival elsewhere, so replicas do not stop for each
+        other's arrivals. With vLLM's front end, the output work of the steps that ended
+        before a front-end event (an admission submitted or completed) is submitted just
+        before it (`_deliver_before`): the front end serves work in time order, and stepping
+        would have submitted it by then."""
         st = self._leap_state()
         if st is None:
             return 0
         ids, c, g, room, most, cap = st
         t, bs = self.ctx.table, self.pool.block_size
-        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), most)
-        kmax = largest_k(kmax, lambda k: _new_blocks(room, k, bs) <= cap)
+        r = [o - x for o, x in zip(t.output[ids].tolist(), g)]
+        first = min(r)
+        B = len(c)
+        if self.waiting or t.on_finish is not None or most < LEAP_CAP:
+            # a finish could admit the head, or a client reacts to it: stop there
+            kmax = largest_k(min(first, most), lambda k: new_blocks(room, k, bs) <= cap)
+            segs = None
+        else:  # blocks freed by finishes are not counted: the bound only errs short
+            kmax = largest_k(min(max(r), most), lambda k: new_blocks_upto(room, r, k, bs) <= cap)
+            segs = Segments(c, r) if kmax > first else None
         if kmax < 1:
             return 0
-        B = len(c)
-        p = _Leap(ids, c, g, room, self.clock, B, sum(c) + B, max(c) + 1, kmax,
-                  self._own_next_s())
+        p = PendingLeap(ids, c, g, room, r, self.clock, B, kmax, self._own_next_s(),
+                        sum(c) + B, max(c) + 1, min(first, kmax), segs, sizes=[B])
         self._price(p)
-        if not p.ends:
-            return 0
         self._pending = p
         return 1
 
-    def _price(self, p: _Leap) -> None:
+    def _price(self, p: PendingLeap) -> None:
         """Price the pending leap up to its own bounds. A new leap is priced only up to the
         first step ending at or after the next arrival anywhere (then `open`), which is where
         a single engine's leap ends; once that arrival went elsewhere, the rest is priced in
         one go (other engines take arrivals: pricing many steps in one call costs less than
         waking at every arrival, and a cut drops the steps it makes unneeded). Once most
-        arrivals went elsewhere, new leaps are priced whole. The floats are the same however
-        a leap is priced (`leap_ends`)."""
-        k = len(p.ends)
+        arrivals went elsewhere, new leaps are priced whole, a segment at a time while
+        nothing bounds them (then `more`: an arrival may cut them soon). The floats are the
+        same however a leap is priced (`leap_ends`)."""
+        k = k0 = len(p.ends)
         clock = p.ends[-1] if k else p.clock
         glob = self.ctx.source.next_arrival_s if not k and \
             self._arrivals_elsewhere <= self._arrivals_here else INF
         stop = min(p.own, glob)
-        ends = leap_ends(self.cost, clock, p.B, p.ctx_sum0 + p.B * k, p.ctx_max0 + k,
-                         p.kmax - k, stop, self._step_hint)
-        self._step_hint = (ends[-1] - clock) / len(ends)
-        p.open = k + len(ends) < p.kmax and glob < p.own
-        p.ends += ends
+        cost, out = self.cost, p.ends
+        p.more = False
+        while k < p.kmax:
+            if k == p.seg_end:  # the current segment's finishes: price the next batch
+                if not p.next_segment():
+                    break
+                if stop == INF and k > k0:  # unbounded: the next batch when this one ends
+                    p.more = True
+                    break
+            s0, B = p.starts[-1], p.sizes[-1]
+            j = k - s0
+            ends = leap_ends(cost, clock, B, p.seg_sum + B * j, p.seg_max + j,
+                             p.seg_end - k, stop, self._step_hint)
+            self._step_hint = (ends[-1] - clock) / len(ends)
+            out += ends
+            k += len(ends)
+            clock = ends[-1]
+            if clock >= stop:
+                break
+        p.open = k < p.kmax and glob < p.own and clock >= glob
 
     def _await_leap(self):
         """Wait for the pending leap's end, extending it while the arrivals it stopped for
-        went to other engines, then commit it. A request reaching this engine meanwhile may
-        shorten it (`_bound_leap`, which interrupts this wait); front-end events submit the
-        output work of the steps that ended before them (`_deliver_before`)."""
+        went to other engines (or while it was priced only to a horizon), then commit it. A
+        request reaching this engine meanwhile may shorten it (`_bound_leap`, which
+        interrupts this wait); front-end events submit the output work of the steps that
+        ended before them (`_deliver_before`)."""
         env = self.ctx.env
         while True:
             p = self._pending
@@ -474,8 +472,9 @@ class ChunkedEngine(EngineBase):
                 continue
             if self._pending is not p:
                 continue
-            if p.open:
-                self._arrivals_elsewhere += 1
+            if p.open or p.more:
+                if p.open:
+                    self._arrivals_elsewhere += 1
                 self._price(p)
                 if p.ends[-1] > env.now:
                     continue
@@ -492,9 +491,9 @@ class ChunkedEngine(EngineBase):
         p.own = own
         k = bisect.bisect_left(p.ends, own) + 1
         if k <= len(p.ends):  # priced past it already
-            p.open = False
+            p.open = p.more = False
             if k < len(p.ends):
-                del p.ends[k:]
+                p.cut(k)
                 self._proc.interrupt()  # wake at the new last step
 
     def _deliver_before(self, now: float) -> None:
@@ -504,16 +503,38 @@ class ChunkedEngine(EngineBase):
         p = self._pending
         k, j = bisect.bisect_left(p.ends, now), len(p.delivered)
         if k > j:
-            p.delivered += self.frontend.deliver_many(p.ends[j:k], p.B)
+            p.delivered += self._deliver_steps(p, j, k)
 
-    def _commit_leap(self, p: _Leap, k: int) -> None:
+    def _deliver_steps(self, p: PendingLeap, j: int, k: int) -> list[float]:
+        """The front end's delivery times of steps j..k-1, each with its segment's tokens."""
+        if len(p.starts) == 1:
+            return self.frontend.deliver_many(p.ends[j:k], p.B)
+        out = []
+        bounds = p.starts[1:] + [k]
+        for s, B in zip(bounds, p.sizes):
+            if s > j:
+                e = min(s, k)
+                out += self.frontend.deliver_many(p.ends[j:e], B)
+                j = e
+                if j >= k:
+                    break
+        return out
+
+    def _commit_leap(self, p: PendingLeap, k: int) -> None:
         """Apply the leap's first k steps."""
         ends, ids, c, B = p.ends[:k], p.ids, p.c, p.B
         t, bs = self.ctx.table, self.pool.block_size
         self._prev_start, self._prev_end = (ends[k - 2] if k > 1 else p.clock), ends[k - 1]
+        times = ends
+        if self.frontend is not None:
+            j = len(p.delivered)
+            times = p.delivered[:k] if j >= k else p.delivered + self._deliver_steps(p, j, k)
+        if len(p.starts) > 1:
+            self._commit_segments(p, k, times)
+            return
         grow = [i for i, r in enumerate(p.room) if r < k]  # those needing new blocks
         if grow:
-            self.pool.allocate(_new_blocks(p.room, k, bs))
+            self.pool.allocate(new_blocks(p.room, k, bs))
             t.blocks[ids[grow]] = [-(-(c[i] + k) // bs) for i in grow]
         t.computed[ids] = [x + k for x in c]
         if self.ctx.recorder.trace is not None:
@@ -522,16 +543,46 @@ class ChunkedEngine(EngineBase):
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
-        times = ends
-        if self.frontend is not None:
-            j = len(p.delivered)
-            times = p.delivered[:k] if j >= k else \
-                p.delivered + self.frontend.deliver_many(ends[j:], B)
         done = t.emit_steps(ids, times, p.g)
         if len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
         self._sample()
+
+    def _commit_segments(self, p: PendingLeap, k: int, times: list) -> None:
+        """Apply a leap's first k steps that go through finishes: every request's tokens at
+        once, then, segment by segment as stepping would, the KV blocks its steps take, the
+        finishes at its end (their blocks freed) and a sample."""
+        ids, c, room, r = p.ids, p.c, p.room, p.r
+        t, bs, pool, rec = self.ctx.table, self.pool.block_size, self.pool, self.ctx.recorder
+        steps = [x if x < k else k for x in r]
+        grow = [i for i, (a, s) in enumerate(zip(room, steps)) if a < s]
+        if grow:
+            t.blocks[ids[grow]] = [-(-(c[i] + steps[i]) // bs) for i in grow]
+        t.computed[ids] = [x + s for x, s in zip(c, steps)]
+        emitted0 = t.num_emitted
+        done = t.emit_runs(ids, times, p.g, steps)
+        bounds = [s for s in p.starts[1:] if s < k] + [k]
+        a, held = 0, 0
+        for b, B in zip(bounds, p.sizes):
+            nb = new_blocks_upto(room, r, b, bs)
+            if nb > held:
+                pool.allocate(nb - held)
+                held = nb
+            if rec.trace is not None:
+                rec.trace.iteration(
+                    f"engine {self.index}", p.ends[a - 1] if a else p.clock, p.ends[b - 1], f"decode x{b - a}",
+                    steps=b - a, prefill_tokens=0, prefill_chunks=[], decodes=B,
+                    kv_blocks_used=pool.num_used, waiting=len(self.waiting) if b == k else 0)
+            self.clock = p.ends[b - 1]
+            fin = done.get(b)
+            if fin is not None:
+                self._finish(fin)
+            rec.sample(self.clock, self.index, len(self.running),
+                       len(self.waiting) if b == k else 0, pool.num_used,
+                       emitted0 + sum(s if s < b else b for s in steps))
+            a = b
+        rec.num_iterations += k
 
     # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
     def _admit(self, ids, n):

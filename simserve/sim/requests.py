@@ -275,6 +275,45 @@ class RequestTable:
         self.generated[ids] = g
         return self._finished_at(_finished(ids.tolist(), g, self.output[ids].tolist()), tl[-1])
 
+    def emit_runs(self, ids: np.ndarray, times, generated: list[int], steps: list[int]
+                  ) -> dict[int, np.ndarray]:
+        """Tokens of a leap that goes through finishes: id i gets the first steps[i] of the
+        consecutive steps ending at `times` (its count before: generated[i], never 0).
+        Finishes are recorded at their own step's time, earliest first; returns
+        {steps: the ids that finished after that many steps}."""
+        tl = times if type(times) is list else times.tolist()
+        src = memoryview(array("d", tl))
+        starts = [o + x for o, x in zip(self.offsets[ids].tolist(), generated)]
+        tt = memoryview(self.token_times)
+        mask = self._mask
+        if mask is not None:
+            self._room_upto(max(a + n for a, n in zip(starts, steps)))
+            mask = self._mask
+            cap = mask + 1
+            tt = memoryview(self.token_times)
+            for o, n in zip(starts, steps):
+                a = o & mask
+                if a + n <= cap:
+                    tt[a:a + n] = src[:n]
+                else:
+                    tt[a:] = src[:cap - a]
+                    tt[:a + n - cap] = src[cap - a:n]
+        else:
+            for a, n in zip(starts, steps):
+                tt[a:a + n] = src[:n]
+        self.num_tokens[ids] += steps
+        self.num_emitted += sum(steps)
+        g = [x + n for x, n in zip(generated, steps)]
+        self.generated[ids] = g
+        groups: dict[int, list] = {}
+        for r, x, o, n in zip(ids.tolist(), g, self.output[ids].tolist(), steps):
+            if x >= o:
+                groups.setdefault(n, []).append(r)
+        out = {}
+        for n in sorted(groups):
+            out[n] = self._finished_at(np.array(groups[n], dtype=np.int64), tl[n - 1])
+        return out
+
     def _finished_at(self, done: np.ndarray, t: float) -> np.ndarray:
         """Record that `done` finished at t."""
         if len(done):
