@@ -155,26 +155,26 @@ class ChunkedEngine(EngineBase):
         self._in_frontend.append(rid)
         if self._pending is not None:
             self._bound_leap(self._own_next_s())
-        if len(self._in_frontend) == 1:
-            self.ctx.env.process(self._front_end())
+        if len(self._in_frontend) == 1:  # the front end was idle: its head starts now
+            at(self.ctx.env, fe.head_done).callbacks.append(self._front_end_done)
 
-    def _front_end(self):
-        """Hands requests to the engine as the front end finishes their admission work."""
+    def _front_end_done(self, _ev) -> None:
+        """The front end finished the head's admission work (at its `head_done`, fixed when
+        it became the head): the engine sees it `in_delay_s` later; the next one starts."""
         env, fe, q = self.ctx.env, self.frontend, self._in_frontend
-        while q:
-            if fe.head_done > env.now:
-                yield at(env, fe.head_done)
-                continue
-            if self._pending is not None:  # output work ending before the pop precedes it
-                self._deliver_before(env.now)
-            fe.pop(env.now)
-            rid = q.popleft()
-            t = env.now + fe.in_delay_s
-            if t > env.now:
-                self._admitting.append(t)
-                at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
-            else:
-                self._arrive(rid)
+        now = env.now
+        if self._pending is not None:  # output work ending before the pop precedes it
+            self._deliver_before(now)
+        fe.pop(now)
+        rid = q.popleft()
+        t = now + fe.in_delay_s
+        if t > now:
+            self._admitting.append(t)
+            at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
+        else:
+            self._arrive(rid)
+        if q:
+            at(env, fe.head_done).callbacks.append(self._front_end_done)
 
     def _admitted(self, rid: int) -> None:
         """`rid` reaches the engine core, `in_delay_s` after its admission work ended."""
