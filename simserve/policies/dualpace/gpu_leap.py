@@ -184,39 +184,85 @@ def plan_leap(eng, plan) -> Leap | None:
     # prompts that wait now wait on: admission stops at the head of the queue, and what it
     # checks only gets tighter; an arrival joins behind it and changes nothing
     arrival = math.inf if eng.waiting else eng.ctx.source.next_arrival_s
-    host_s = w.host_s
     lp = Leap(eng, ids)
     s, p = free_at, now    # the next round's start, and when it was planned
     if not soft:
         return _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
+    return _soft(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a, j, ex.layer)
+
+
+class _Run:
+    """What `Leap._account` and `Leap.apply` read of a leapt round's `MainRun`: its start, its
+    end and the assist time inserted into it."""
+
+    __slots__ = ("start", "end", "shift")
+
+    def __init__(self, start, end, shift):
+        self.start, self.end, self.shift = start, end, shift
+
+
+def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: float,
+          arrival: float, a: float, j: int, layer_assist):
+    """`plan_leap`'s loop for rounds that serve Fused-Assist assists at their boundaries:
+    `MainRun`'s timer arithmetic (`expected_end`, `end`, `next_boundary`, `offset`) and
+    `GpuWorker.service` / `GpuWorker.shift` written out on plain floats, with the same
+    operations in the same order (no object per round or per assist; tests check)."""
+    w, N = eng.worker, eng.N
+    h2d, gpu_s, d2h, nxt = layer_assist
+    host_s = w.host_s
+    hg = host_s + gpu_s
+    dh = w.h2d.duration_s(h2d) if h2d else None
+    dd = w.d2h.duration_s(d2h) if d2h else None
+    pre, _, post = eng._split(0.0, B, B)         # they depend on B alone
+    poll = eng.poll_s if w.staged else None
+    ceil = math.ceil
+    last = N - 1
+    rounds = lp.rounds
     for i in range(kmax):
         if i and not p < arrival:
             break
-        run = eng._stages(eng._decode_s(B, S0 + B * i, cmax0 + i), B, B)
-        run.start = run.arm = s
-        E = run.expected_end()
+        total = eng._decode_s(B, S0 + B * i, cmax0 + i)
+        layer = max(total - pre - post, 0.0) / N      # GpuEngine._split
+        if poll is not None:
+            layer += poll
+        D = pre + N * layer + post
+        start = arm = s
+        shift = 0.0
+        E = arm + max(0.0, (start + D + shift) - arm)          # MainRun.expected_end
         served, after, asks = [], None, None
-        while soft and j < N - 1 and a < E:   # Fused-Assist assists during this round
-            sv = w.service(run, a, h2d, gpu_s, d2h)
-            if sv is None:
+        while j < last and a < E:             # Fused-Assist assists during this round
+            x = a - start - shift - 1e-12     # MainRun.next_boundary(a)
+            if x <= pre:
+                k = 1
+            else:
+                k = 1 + int(ceil((x - pre) / layer)) if layer > 0 else N + 1
+            if k > N + 1:
                 # in the post-layer: the worker waits the batch out, then serves it (with
                 # the GPU free, both channels free) before the next round can start
                 asks = (a, j)
-                E = a + max(0.0, run.end - a)
-                t1 = E + (host_s + gpu_s)
-                t2 = t1 + sv_time(w.h2d, h2d)
-                t3 = t2 + sv_time(w.d2h, d2h)
-                after = (None, E, t3, w.h2d.duration_s(h2d) if h2d else None,
-                         w.d2h.duration_s(d2h) if d2h else None)
+                E = a + max(0.0, (start + D + shift) - a)
+                t1 = E + hg
+                t2 = t1 + (dh if h2d else 0.0)
+                t3 = t2 + (dd if d2h else 0.0)
+                after = (None, E, t3, dh, dd)
                 a, j = t3 + nxt, j + 1
                 break
-            w.shift(run, sv)
-            served.append(sv)
-            a, j = sv[2] + nxt, j + 1
-            E = run.expected_end()
+            b = start + (pre + (k - 1) * layer) + shift           # GpuWorker.service_head
+            t0 = a + (b - a) if b > a else a
+            t = t0 + hg
+            if dh is not None:
+                t = t + dh
+            if dd is not None:
+                t = t + dd
+            served.append((k, t0, t, dh, dd))
+            shift += t - t0                   # GpuWorker.shift
+            arm = t
+            a, j = t + nxt, j + 1
+            E = arm + max(0.0, (start + D + shift) - arm)
         if not a > E:                         # the CPU engine acts during this round
             break
-        lp.rounds.append(Round(run, E, served, after, a, j, asks))
+        rounds.append(Round(_Run(start, start + D + shift, shift), E, served, after, a, j,
+                            asks))
         p = E
         s = E if after is None else after[2]
     return lp if lp.rounds else None
