@@ -58,6 +58,7 @@ class Leap:
         self.eng, self.ids = eng, ids
         self.rounds: list[Round] = []
         self.plain = None
+        self.state = None      # (computed, blocks, Σ blocks, generated) of `ids` at the start
 
     @property
     def end(self) -> float:
@@ -123,15 +124,16 @@ class Leap:
         eng = self.eng
         t, ids, bs = eng.ctx.table, self.ids, eng.pool.block_size
         k = self.num_rounds
-        c, held = t.computed[ids], t.blocks[ids]
+        # the contexts, blocks and token counts read when the leap was planned: only this
+        # engine changes them for the requests it runs, and it slept since
+        c, held, held_sum, gen = self.state
         grown = np.maximum(held, -(-(c + k) // bs))
-        eng.pool.allocate(int(grown.sum() - held.sum()))
+        eng.pool.allocate(int(grown.sum()) - held_sum)
         t.blocks[ids] = grown
         t.computed[ids] = c + k
-        if k > 1:
-            t.emit_many(ids, np.array(self.plain[2][:-1] if self.plain is not None
-                                      else [r.end for r in self.rounds[:-1]]))
-        eng.release(t.emit(ids, self.end))
+        # `emit_many` of the first k - 1 rounds, then `emit` of the last (none is a first token)
+        eng.release(t.emit_steps(ids, self.plain[2] if self.plain is not None
+                                 else [r.end for r in self.rounds], gen))
         eng.counts["rounds"] += k - 1
         rec = eng.ctx.recorder
         if rec.trace is not None:
@@ -176,15 +178,17 @@ def plan_leap(eng, plan) -> Leap | None:
     if free_at > now and not soft:
         return None
     ids = np.asarray(eng.running, dtype=np.int64)
-    c, held = t.computed[ids], t.blocks[ids]
+    c, held, g = t.computed[ids], t.blocks[ids], t.generated[ids]
     bs, free, H = eng.pool.block_size, eng.pool.num_free, int(held.sum())
-    kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
+    kmax = min(int((t.output[ids] - g).min()), LEAP_CAP)
     kmax = largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
-    B, S0, cmax0 = len(ids), int((c + 1).sum()), int(c.max()) + 1
+    B = len(ids)
+    S0, cmax0 = int(c.sum()) + B, int(c.max()) + 1      # Σ (c + 1) and max (c + 1), as ints
     # prompts that wait now wait on: admission stops at the head of the queue, and what it
     # checks only gets tighter; an arrival joins behind it and changes nothing
     arrival = math.inf if eng.waiting else eng.ctx.source.next_arrival_s
     lp = Leap(eng, ids)
+    lp.state = (c, held, H, g.tolist())
     s, p = free_at, now    # the next round's start, and when it was planned
     if not soft:
         return _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
