@@ -100,22 +100,27 @@ class Leap:
             return
         h2d, _, d2h, _ = ex.layer or (0, 0, 0, 0)
         last = self.rounds[-1]
+        svs = []                # every assist served, in the order the rounds counted them
+        busy = w.main_busy_s
+        n_after = 0
         for r in self.rounds:
-            for sv in r.served:
-                w.count(sv, h2d, d2h)
+            svs += r.served
             run = r.run
-            w.main_busy_s += (run.end - run.start) - run.shift
+            busy += (run.end - run.start) - run.shift
             if w.run_log is not None:
                 w.run_log.append((run.start, run.end))
             if st.log is not None:
                 st.log.append((run.start, r.end, "gpu", self.ids.copy()))
             if r.after is not None and r is not last:
-                w.count(r.after, h2d, d2h)
+                svs.append(r.after)
+                n_after += 1
+        w.main_busy_s = busy
+        w.count_many(svs, h2d, d2h)
         lc = eng.leap_counts
         lc["leaps"] += 1
         lc["rounds"] += len(self.rounds)
-        lc["assists"] += sum(len(r.served) for r in self.rounds)
-        lc["assists_after"] += sum(r.after is not None for r in self.rounds[:-1])
+        lc["assists"] += len(svs) - n_after
+        lc["assists_after"] += n_after
 
     def apply(self) -> None:
         """At `end`: accounting, KV, tokens, finished requests (as k rounds of

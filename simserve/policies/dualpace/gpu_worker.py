@@ -199,10 +199,27 @@ class GpuWorker:
         `run` is still the worker's batch at `at_s` iff `at_s < run.expected_end()`, which
         `try_serve` checks too. The only other event in between, the worker's end-of-batch
         timer, re-arms itself from `run` and ends the batch at the same time either way.
-        So the same checks and `service` on the same `run` state give the same floats."""
-        if (self.copies is not None or self.queue or run.pending is not None
+        So the same checks and `service` on the same `run` state give the same floats.
+
+        With this batch's Prefill-to-CPU copies in closed form (`CopyStream`), the assist is
+        served through them (`CopyStream.serve` at `at_s`) where `try_serve` would do so: their
+        loop state changes only in `serve` (the stream's own wake-ups re-project its end from
+        that state and change nothing else), so serving at `at_s` now gives the same floats.
+        If the copies would all be done by `at_s` (the stream then hands the channel back and
+        `try_serve` serves it alone), `serve` finds nothing left to wait for and times it as
+        `service` does, booking the copies first as they would have been. Cases where
+        `try_serve` would interrupt the copies (the post-layer) are left to it."""
+        if (self.queue or run.pending is not None
                 or at_s >= run.expected_end() or not (self.h2d.idle and self.d2h.idle)):
             return None
+        cs = self.copies
+        if cs is not None:
+            if (cs.run is not run or cs.end_s is None or cs.cont is not None
+                    or run.next_boundary(at_s) is None):
+                return None
+            sv = cs.serve(at_s, h2d_bytes, gpu_s, d2h_bytes)
+            self.num_chained += 1
+            return sv[2]
         sv = self.service(run, at_s, h2d_bytes, gpu_s, d2h_bytes)
         if sv is None:
             return None
@@ -254,6 +271,33 @@ class GpuWorker:
         self.num_assists += 1
         self.num_closed_form += 1
         self.assist_busy_s += t - t0
+
+    def count_many(self, svs, h2d_bytes: float, d2h_bytes: float) -> None:
+        """`count` of each service in `svs`, in order. Without a trace sink, `Channel.book`'s
+        updates are written out: the busy-time sums add the same floats in the same order,
+        the counters add up as integers (tests check against `count`)."""
+        h, d = self.h2d, self.d2h
+        if h.trace is not None or d.trace is not None:
+            for sv in svs:
+                self.count(sv, h2d_bytes, d2h_bytes)
+            return
+        hb, db, ab = h.busy_s, d.busy_s, self.assist_busy_s
+        nh = nd = 0
+        for _, t0, t, dh, dd in svs:
+            if dh is not None:
+                hb += dh
+                nh += 1
+            if dd is not None:
+                db += dd
+                nd += 1
+            ab += t - t0
+        h.busy_s, d.busy_s, self.assist_busy_s = hb, db, ab
+        h.num_transfers += nh
+        h.bytes_moved += nh * int(h2d_bytes)
+        d.num_transfers += nd
+        d.bytes_moved += nd * int(d2h_bytes)
+        self.num_assists += len(svs)
+        self.num_closed_form += len(svs)
 
     @staticmethod
     def shift(run: MainRun, sv) -> None:
