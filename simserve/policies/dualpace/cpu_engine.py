@@ -119,12 +119,13 @@ class CpuEngine(EngineBase):
                     yield wake
                 continue
             ids = np.asarray(sel, dtype=np.int64)        # step 5
-            if np.any(st.owner[ids] != CPU):
+            if (st.owner[ids] != CPU).any():
                 raise RuntimeError("CPU engine: batch holds a request it does not own")
-            nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - st.host_blocks[ids], 0)
+            ctx = t.computed[ids] + 1
+            nb = np.maximum(-(-ctx // bs) - st.host_blocks[ids], 0)
             st.host_pool.allocate(int(nb.sum()))
             st.host_blocks[ids] += nb
-            ctx_sum = int((t.computed[ids] + 1).sum())
+            ctx_sum = int(ctx.sum())
             t0 = env.now
             self.in_batch = True
             yield env.process(self.ex.run(len(ids), ctx_sum))

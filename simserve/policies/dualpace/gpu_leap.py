@@ -35,6 +35,7 @@ from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.sim.leap import largest_k
 
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
+SOFT_FIRST = 16   # most rounds priced at first in a leap that serves assists
 
 
 class Round:
@@ -227,10 +228,19 @@ def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: fl
     ceil = math.ceil
     last = N - 1
     rounds = lp.rounds
+    # the rounds' decode times priced a batch at a time (`GpuEngine._decode_run`, the same
+    # floats as one call per round): what a stepped round before priced, else as many as a
+    # recent leap's rounds would take to the next arrival (any guess gives the same rounds)
+    hint = eng._round_hint
+    n = int((arrival - s) / hint) + 2 if hint > 0.0 and arrival < math.inf else 8
+    n = min(max(n, 4), SOFT_FIRST, kmax)
+    d = eng._decode_run(B, S0, cmax0, n)
     for i in range(kmax):
         if i and not p < arrival:
             break
-        total = eng._decode_s(B, S0 + B * i, cmax0 + i)
+        if i == len(d):                 # the next steps of the run
+            d = d + eng._decode_run(B, S0 + B * i, cmax0 + i, min(2 * i, kmax - i))
+        total = d[i]
         layer = max(total - pre - post, 0.0) / N      # GpuEngine._split
         if poll is not None:
             layer += poll
@@ -274,6 +284,8 @@ def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: fl
                             asks))
         p = E
         s = E if after is None else after[2]
+    if rounds:
+        eng._round_hint = (p - rounds[0].run.start) / len(rounds)
     return lp if lp.rounds else None
 
 
@@ -282,7 +294,7 @@ def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: f
     """`plan_leap`'s loop for rounds that serve no assist (`soft` false): the same float
     operations without an object per round. Each round's split (`GpuEngine._split`: IEEE
     subtractions, a max, a division, the same in numpy as in Python floats) is done for a
-    batch of rounds at once, their decode times priced together (`_decode_steps`, the same
+    batch of rounds at once, their decode times priced together (`_decode_run`, the same
     floats); only the chain of start and end times (`MainRun.fresh_ends`) is a loop. How
     many rounds to price is guessed from the last leap's round length (any guess gives
     the same rounds)."""
@@ -297,7 +309,7 @@ def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: f
     n = max(n, 4)
     while i < kmax:
         n = min(n, kmax - i)
-        layer = np.array(eng._decode_steps(B, S0 + B * i, cmax0 + i, n))
+        layer = np.array(eng._decode_run(B, S0 + B * i, cmax0 + i, n)[:n])
         layer -= pre
         layer -= post
         np.maximum(layer, 0.0, out=layer)
