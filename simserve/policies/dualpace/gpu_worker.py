@@ -227,6 +227,60 @@ class GpuWorker:
         self.num_chained += 1
         return sv[2]
 
+    def serve_chain(self, run: MainRun, at_s: float, h2d_bytes: float, gpu_s: float,
+                    d2h_bytes: float, then: float, n: int):
+        """`serve_at` for up to n assists, the first asked for at `at_s` and each next one
+        `then` after the last one's end: (how many were served, when the CPU side of the
+        last one is done). Without copies, what `serve_at` checks and does is written out
+        on plain floats: the queue, the pending service and the channels do not change
+        while it loops, so only the end of `run` is checked again; `MainRun.next_boundary`,
+        `offset`, `expected_end` and `GpuWorker.service` with the same operations in the
+        same order; the services counted at once (`count_many`)."""
+        if self.copies is not None:
+            m = 0
+            while m < n:
+                t = self.serve_at(run, at_s, h2d_bytes, gpu_s, d2h_bytes)
+                if t is None:
+                    break
+                m += 1
+                at_s = t + then
+            return m, at_s
+        if self.queue or run.pending is not None or not (self.h2d.idle and self.d2h.idle):
+            return 0, at_s
+        dh = self.h2d.duration_s(h2d_bytes) if h2d_bytes else None
+        dd = self.d2h.duration_s(d2h_bytes) if d2h_bytes else None
+        hg = self.host_s + gpu_s
+        start, pre, layer, post, N = run.start, run.pre, run.layer, run.post, run.N
+        D = pre + N * layer + post
+        shift, arm = run.shift, run.arm
+        ceil = math.ceil
+        svs = []
+        while len(svs) < n:
+            if not at_s < arm + max(0.0, (start + D + shift) - arm):   # expected_end
+                break
+            x = at_s - start - shift - 1e-12                            # next_boundary
+            if x <= pre:
+                k = 1
+            else:
+                k = 1 + int(ceil((x - pre) / layer)) if layer > 0 else N + 1
+                if k > N + 1:
+                    break
+            b = start + (pre + (k - 1) * layer) + shift                 # service_head
+            t0 = at_s + (b - at_s) if b > at_s else at_s
+            t = t0 + hg
+            if dh is not None:
+                t = t + dh
+            if dd is not None:
+                t = t + dd
+            svs.append((k, t0, t, dh, dd))
+            run.add_shift(k, t - t0)                                     # shift
+            shift = run.shift
+            run.arm = arm = t
+            at_s = t + then
+        self.count_many(svs, h2d_bytes, d2h_bytes)
+        self.num_chained += len(svs)
+        return len(svs), at_s
+
     def service(self, run: MainRun, now: float, h2d_bytes: float, gpu_s: float,
                 d2h_bytes: float):
         """(boundary, start, end, H2D time, D2H time) of an assist arriving at `now` during
