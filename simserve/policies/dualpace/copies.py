@@ -91,11 +91,14 @@ class CopyStream:
 
     def _book(self, before: float) -> None:
         """Count the copies that ended before `before` on the channel, in order."""
-        ends = self.ends
-        while self.booked < len(ends) and ends[self.booked] < before:
-            self.d2h.book(self.nbytes, self.d, ends[self.booked])
-            self.eng.p2c_copy_bytes += int(self.nbytes)
-            self.booked += 1
+        ends, i = self.ends, self.booked
+        if i < len(ends) and ends[i] < before:
+            book, nbytes, d = self.d2h.book, self.nbytes, self.d
+            while i < len(ends) and ends[i] < before:
+                book(nbytes, d, ends[i])
+                i += 1
+            self.eng.p2c_copy_bytes += (i - self.booked) * int(nbytes)
+            self.booked = i
 
     def serve(self, now: float, h2d_bytes: float, gpu_s: float, d2h_bytes: float):
         """An assist asked for at `now` while the batch runs: its service (as

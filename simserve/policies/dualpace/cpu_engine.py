@@ -47,13 +47,19 @@ class CpuEngine(EngineBase):
         rows = min(self.C, self.token_limit)
         # step 2: the running frontier
         running = st.cpu_running
-        is_marked = st.marked[running].tolist() if running else []
-        marked = [r for r, m in zip(running, is_marked) if m]
-        keep_c = [r for r, m in zip(running, is_marked) if not m] if marked else list(running)
+        marked: list[int] = []
+        keep_c = list(running)
+        if running:
+            ids = np.fromiter(running, dtype=np.int64, count=len(running))
+            m = st.marked[ids]
+            if m.any():                     # (else every running request is kept, in order)
+                is_marked = m.tolist()
+                marked = [r for r, x in zip(running, is_marked) if x]
+                keep_c = [r for r, x in zip(running, is_marked) if not x]
+                ids = np.asarray(keep_c, dtype=np.int64)
         sel: list[int] = []
         used = 0                            # Σ growth of `sel`
         if keep_c:
-            ids = np.asarray(keep_c)
             need = np.cumsum(np.maximum(st.peak[ids] - st.host_blocks[ids], 0))
             n = int(min(np.searchsorted(need, room, "right"), rows))
             sel = keep_c[:n]
