@@ -53,6 +53,8 @@ class CopyStream:
                  busy_to: float = 0.0) -> None:
         """Step the copy loop through its events before `until` (and at it, if `inclusive`);
         a copy asked for at or after `busy_from` gets the channel at `busy_to`."""
+        if self.phase == DONE:              # every copy is on the host: nothing to step
+            return
         run, N, d = self.run, self.run.N, self.d
         j, ph, T = self.j, self.phase, self.T
         # `run.layer_end(j, T)` written out (the same float operations): the run does not
