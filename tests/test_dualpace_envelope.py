@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simserve.policies.dualpace.envelope import (admit_prefills, fits, growth_blocks,
-                                                 migration_blocks, migration_tail_len)
+                                                 migration_blocks, migration_blocks_of,
+                                                 migration_tail_len)
 
 
 def test_growth_counts_only_remaining_growth():
@@ -23,6 +24,12 @@ def test_migration_scans_from_the_eviction_tail():
     assert migration_blocks(q, 6) == 10   # move 2, 5, 3 -> 4 ≤ 6
     assert migration_blocks(q, 3) == 14   # nothing fits: everything is reserved
     assert migration_blocks([], 0) == 0
+
+
+@given(st.lists(st.integers(0, 50), max_size=30), st.integers(0, 600))
+def test_migration_from_a_kept_sum_is_the_scan(q, cap):
+    # the round planner and prefill placement keep Σ b̂ instead of summing Q_G each time
+    assert migration_blocks_of(q, sum(q), cap) == migration_blocks(q, cap)
 
 
 def test_fits_is_eq2():

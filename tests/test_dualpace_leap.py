@@ -119,7 +119,8 @@ def test_no_per_layer_events_while_no_assist_is_pending():
 
 def test_chained_assists_match_one_assist_per_event(monkeypatch):
     # a Fused-Assist batch's next assists served at once during a main batch
-    # (`GpuWorker.serve_at`) give the same run as asking for each one when it is due
+    # (`GpuWorker.serve_chain`, `serve_at` through Prefill-to-CPU copies) give the same run
+    # as asking for each one when it is due
     w = _loaded()
     params = dict(FAST, assist_p=0, assist_f=0, num_gpu_blocks_override=600,
                   num_cpu_blocks_override=20_000)
@@ -127,6 +128,7 @@ def test_chained_assists_match_one_assist_per_event(monkeypatch):
     assert a.gpu.worker.num_chained > 100
     from simserve.policies.dualpace.gpu_worker import GpuWorker
     monkeypatch.setattr(GpuWorker, "serve_at", lambda self, *args: None)
+    monkeypatch.setattr(GpuWorker, "serve_chain", lambda self, run, at_s, *args: (0, at_s))
     b = Sim(w, dict(params, leap=True))
     assert b.gpu.worker.num_chained == 0
     assert np.array_equal(a.table.token_times, b.table.token_times)

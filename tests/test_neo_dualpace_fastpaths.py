@@ -231,3 +231,29 @@ def test_neo_decision_without_growth_flags_when_the_host_covers_every_candidate(
     b = decide(pred, pg, pc, 3, 900, ids, cpu, None, rows, 10**6, free, 128, 400)
     assert (a.mode, a.num_pref_gpu, a.num_pref_cpu, a.cdec, a.b0, a.b1, a.g) == \
         (b.mode, b.num_pref_gpu, b.num_pref_cpu, b.cdec, b.b0, b.b1, b.g)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1e3), st.floats(0, 1e-2)), max_size=40),
+       st.sampled_from([0.0, 8192.0, 12345.0]), st.sampled_from([0.0, 4096.0, 777.0]))
+def test_dualpace_count_many_is_count_per_assist(spans, h2d_bytes, d2h_bytes):
+    # a leap counts its assists at once (GpuWorker.count_many): the channels' and the
+    # worker's sums and counters come out as counting each one (GpuWorker.count)
+    from simserve.policies.dualpace.gpu_worker import GpuWorker
+    ws = []
+    for _ in range(2):
+        env = simpy.Environment()
+        h, d = Channel(env, "h2d", 25.0, 3.0), Channel(env, "d2h", 25.0, 3.0)
+        h.busy_s, d.busy_s = 0.1, 0.2          # sums already running
+        w = GpuWorker(env, h, d, 3e-4, staged=True)
+        w.assist_busy_s = 0.3
+        ws.append(w)
+    dh = ws[0].h2d.duration_s(h2d_bytes) if h2d_bytes else None
+    dd = ws[0].d2h.duration_s(d2h_bytes) if d2h_bytes else None
+    svs = [(1, t0, t0 + dt, dh, dd) for t0, dt in spans]
+    for sv in svs:
+        ws[0].count(sv, h2d_bytes, d2h_bytes)
+    ws[1].count_many(svs, h2d_bytes, d2h_bytes)
+    got = [(w.num_assists, w.num_closed_form, w.assist_busy_s,
+            [(c.num_transfers, c.bytes_moved, c.busy_s) for c in (w.h2d, w.d2h)]) for w in ws]
+    assert got[0] == got[1]

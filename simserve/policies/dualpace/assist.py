@@ -149,10 +149,9 @@ class CpuBatchExecutor:
         whole chain instead of one per assist. Stops where stepping would not serve in
         closed form; the loop in `run` then goes on from there as before."""
         w, last = self.worker, self.N - 1
-        run = w.run
-        while self.j < last:
-            sv = w.serve_at(run, self.next_s, h2d_bytes, gpu_s, d2h_bytes)
-            if sv is None:
-                return
-            self.j += 1
-            self.next_s = sv + then
+        if self.j < last:
+            m, at_s = w.serve_chain(w.run, self.next_s, h2d_bytes, gpu_s, d2h_bytes, then,
+                                    last - self.j)
+            if m:
+                self.j += m
+                self.next_s = at_s

@@ -53,6 +53,8 @@ class CopyStream:
                  busy_to: float = 0.0) -> None:
         """Step the copy loop through its events before `until` (and at it, if `inclusive`);
         a copy asked for at or after `busy_from` gets the channel at `busy_to`."""
+        if self.phase == DONE:              # every copy is on the host: nothing to step
+            return
         run, N, d = self.run, self.run.N, self.d
         j, ph, T = self.j, self.phase, self.T
         # `run.layer_end(j, T)` written out (the same float operations): the run does not
@@ -91,11 +93,14 @@ class CopyStream:
 
     def _book(self, before: float) -> None:
         """Count the copies that ended before `before` on the channel, in order."""
-        ends = self.ends
-        while self.booked < len(ends) and ends[self.booked] < before:
-            self.d2h.book(self.nbytes, self.d, ends[self.booked])
-            self.eng.p2c_copy_bytes += int(self.nbytes)
-            self.booked += 1
+        ends, i = self.ends, self.booked
+        if i < len(ends) and ends[i] < before:
+            book, nbytes, d = self.d2h.book, self.nbytes, self.d
+            while i < len(ends) and ends[i] < before:
+                book(nbytes, d, ends[i])
+                i += 1
+            self.eng.p2c_copy_bytes += (i - self.booked) * int(nbytes)
+            self.booked = i
 
     def serve(self, now: float, h2d_bytes: float, gpu_s: float, d2h_bytes: float):
         """An assist asked for at `now` while the batch runs: its service (as

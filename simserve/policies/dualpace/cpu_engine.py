@@ -47,13 +47,19 @@ class CpuEngine(EngineBase):
         rows = min(self.C, self.token_limit)
         # step 2: the running frontier
         running = st.cpu_running
-        is_marked = st.marked[running].tolist() if running else []
-        marked = [r for r, m in zip(running, is_marked) if m]
-        keep_c = [r for r, m in zip(running, is_marked) if not m] if marked else list(running)
+        marked: list[int] = []
+        keep_c = list(running)
+        if running:
+            ids = np.fromiter(running, dtype=np.int64, count=len(running))
+            m = st.marked[ids]
+            if m.any():                     # (else every running request is kept, in order)
+                is_marked = m.tolist()
+                marked = [r for r, x in zip(running, is_marked) if x]
+                keep_c = [r for r, x in zip(running, is_marked) if not x]
+                ids = np.asarray(keep_c, dtype=np.int64)
         sel: list[int] = []
         used = 0                            # Σ growth of `sel`
         if keep_c:
-            ids = np.asarray(keep_c)
             need = np.cumsum(np.maximum(st.peak[ids] - st.host_blocks[ids], 0))
             n = int(min(np.searchsorted(need, room, "right"), rows))
             sel = keep_c[:n]
@@ -119,12 +125,13 @@ class CpuEngine(EngineBase):
                     yield wake
                 continue
             ids = np.asarray(sel, dtype=np.int64)        # step 5
-            if np.any(st.owner[ids] != CPU):
+            if (st.owner[ids] != CPU).any():
                 raise RuntimeError("CPU engine: batch holds a request it does not own")
-            nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - st.host_blocks[ids], 0)
+            ctx = t.computed[ids] + 1
+            nb = np.maximum(-(-ctx // bs) - st.host_blocks[ids], 0)
             st.host_pool.allocate(int(nb.sum()))
             st.host_blocks[ids] += nb
-            ctx_sum = int((t.computed[ids] + 1).sum())
+            ctx_sum = int(ctx.sum())
             t0 = env.now
             self.in_batch = True
             yield env.process(self.ex.run(len(ids), ctx_sum))

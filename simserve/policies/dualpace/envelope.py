@@ -46,6 +46,18 @@ def migration_blocks(q_gpu_peaks_in_order: Sequence[int], gpu_capacity: int) -> 
     return int(sum(int(p) for p in q_gpu_peaks_in_order[len(q_gpu_peaks_in_order) - k:]))
 
 
+def migration_blocks_of(q_peaks: list[int], total: int, gpu_capacity: int) -> int:
+    """`migration_blocks(q_peaks, gpu_capacity)` of a list of ints whose sum `total` the
+    caller keeps: the scan from the tail only when they do not all fit."""
+    if total <= gpu_capacity:
+        return 0
+    rest, i = total, len(q_peaks)
+    while rest > gpu_capacity:
+        i -= 1
+        rest -= q_peaks[i]
+    return total - rest
+
+
 def fits(used: int, planned: int, growth: int, migration: int, capacity: int) -> bool:
     """Eq. 2."""
     return used + planned + growth + migration <= capacity
@@ -92,10 +104,11 @@ def admit_prefills(prompt_blocks: Sequence[int], peak_blocks: Sequence[int], *,
     decode-admission limit `max_cpu_admits`."""
     if len(prompt_blocks) != len(peak_blocks):
         raise ValueError("prompt_blocks and peak_blocks must have one entry per candidate")
-    out = PrefillPlacement(gpu_queue_peaks=[int(p) for p in gpu_queue_peaks],
+    out = PrefillPlacement(gpu_queue_peaks=list(map(int, gpu_queue_peaks)),
                            gpu_free=int(gpu_free), planned=int(cpu_planned),
                            growth=int(cpu_growth))
-    out.migration = migration_blocks(out.gpu_queue_peaks, gpu_capacity)
+    q_sum = sum(out.gpu_queue_peaks)        # Σ b̂ over Q_G, kept as it grows
+    out.migration = migration_blocks_of(out.gpu_queue_peaks, q_sum, gpu_capacity)
     tokens = 0
     num_cpu = 0
     for i, (blk, peak) in enumerate(zip(prompt_blocks, peak_blocks)):
@@ -109,9 +122,12 @@ def admit_prefills(prompt_blocks: Sequence[int], peak_blocks: Sequence[int], *,
             return out
         placed = False
         if num_cpu == 0 and blk <= out.gpu_free:
-            mig = migration_blocks(out.gpu_queue_peaks + [peak], gpu_capacity)
-            if fits(cpu_used, out.planned, out.growth, mig, cpu_capacity):
-                out.gpu_queue_peaks.append(peak)
+            out.gpu_queue_peaks.append(peak)          # Q_G with it (taken back if not)
+            mig = migration_blocks_of(out.gpu_queue_peaks, q_sum + peak, gpu_capacity)
+            if not fits(cpu_used, out.planned, out.growth, mig, cpu_capacity):
+                out.gpu_queue_peaks.pop()
+            else:
+                q_sum += peak
                 out.gpu_free -= blk
                 out.migration = mig
                 out.dest.append("gpu")

@@ -170,7 +170,7 @@ class GpuEngine(EngineBase):
         nb = np.maximum(-(-ctx // bs) - t.blocks[dec], 0)
         self.pool.allocate(int(nb.sum()))
         t.blocks[dec] += nb
-        if np.any(st.owner[dec] != GPU):
+        if (st.owner[dec] != GPU).any():
             raise RuntimeError("GPU engine: batch holds a decode it does not own")
         prefill = bool(plan.to_gpu or plan.to_cpu)
         if prefill:
@@ -182,8 +182,9 @@ class GpuEngine(EngineBase):
                 self.dest[g] = GPU
                 self.counts["prefill_to_gpu"] += len(g)
             c = np.asarray(plan.to_cpu, dtype=np.int64)
-            pre_ids = np.asarray(plan.to_gpu + plan.to_cpu, dtype=np.int64)
-            chunks = np.asarray([plan.chunks[r] for r in pre_ids.tolist()], dtype=np.int64)
+            pre = plan.to_gpu + plan.to_cpu
+            pre_ids = np.asarray(pre, dtype=np.int64)
+            chunks = np.asarray([plan.chunks[r] for r in pre], dtype=np.int64)
             ctx0 = t.computed[pre_ids]
             last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]  # these sample a first token
             shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
@@ -273,6 +274,19 @@ class GpuEngine(EngineBase):
         d = self._decode_steps(B, S, cmax, n)
         self._dc = (B, S, cmax, d)
         return d[0]
+
+    def _decode_run(self, B: int, S: int, cmax: int, n: int) -> list[float]:
+        """`decode_only_s(B, S + B·j, cmax + j)` for j = 0, 1, ...: what the last priced run
+        holds from this step on, else n steps priced now (and kept for `_decode_s`)."""
+        c = self._dc
+        if c is not None and c[0] == B:
+            j = cmax - c[2]
+            d = c[3]
+            if 0 <= j < len(d) and S == c[1] + B * j:
+                return d[j:]
+        d = self._decode_steps(B, S, cmax, n)
+        self._dc = (B, S, cmax, d)
+        return d
 
     def _decode_steps(self, B: int, S: int, cmax: int, n: int) -> list[float]:
         """`decode_only_s(B, S + B·j, cmax + j)` for j < n, as a list (the same floats)."""

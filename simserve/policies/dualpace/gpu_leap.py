@@ -35,6 +35,7 @@ from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.sim.leap import largest_k
 
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
+SOFT_FIRST = 16   # most rounds priced at first in a leap that serves assists
 
 
 class Round:
@@ -58,6 +59,7 @@ class Leap:
         self.eng, self.ids = eng, ids
         self.rounds: list[Round] = []
         self.plain = None
+        self.state = None      # (computed, blocks, Σ blocks, generated) of `ids` at the start
 
     @property
     def end(self) -> float:
@@ -99,22 +101,27 @@ class Leap:
             return
         h2d, _, d2h, _ = ex.layer or (0, 0, 0, 0)
         last = self.rounds[-1]
+        svs = []                # every assist served, in the order the rounds counted them
+        busy = w.main_busy_s
+        n_after = 0
         for r in self.rounds:
-            for sv in r.served:
-                w.count(sv, h2d, d2h)
+            svs += r.served
             run = r.run
-            w.main_busy_s += (run.end - run.start) - run.shift
+            busy += (run.end - run.start) - run.shift
             if w.run_log is not None:
                 w.run_log.append((run.start, run.end))
             if st.log is not None:
                 st.log.append((run.start, r.end, "gpu", self.ids.copy()))
             if r.after is not None and r is not last:
-                w.count(r.after, h2d, d2h)
+                svs.append(r.after)
+                n_after += 1
+        w.main_busy_s = busy
+        w.count_many(svs, h2d, d2h)
         lc = eng.leap_counts
         lc["leaps"] += 1
         lc["rounds"] += len(self.rounds)
-        lc["assists"] += sum(len(r.served) for r in self.rounds)
-        lc["assists_after"] += sum(r.after is not None for r in self.rounds[:-1])
+        lc["assists"] += len(svs) - n_after
+        lc["assists_after"] += n_after
 
     def apply(self) -> None:
         """At `end`: accounting, KV, tokens, finished requests (as k rounds of
@@ -123,15 +130,16 @@ class Leap:
         eng = self.eng
         t, ids, bs = eng.ctx.table, self.ids, eng.pool.block_size
         k = self.num_rounds
-        c, held = t.computed[ids], t.blocks[ids]
+        # the contexts, blocks and token counts read when the leap was planned: only this
+        # engine changes them for the requests it runs, and it slept since
+        c, held, held_sum, gen = self.state
         grown = np.maximum(held, -(-(c + k) // bs))
-        eng.pool.allocate(int(grown.sum() - held.sum()))
+        eng.pool.allocate(int(grown.sum()) - held_sum)
         t.blocks[ids] = grown
         t.computed[ids] = c + k
-        if k > 1:
-            t.emit_many(ids, np.array(self.plain[2][:-1] if self.plain is not None
-                                      else [r.end for r in self.rounds[:-1]]))
-        eng.release(t.emit(ids, self.end))
+        # `emit_many` of the first k - 1 rounds, then `emit` of the last (none is a first token)
+        eng.release(t.emit_steps(ids, self.plain[2] if self.plain is not None
+                                 else [r.end for r in self.rounds], gen))
         eng.counts["rounds"] += k - 1
         rec = eng.ctx.recorder
         if rec.trace is not None:
@@ -176,49 +184,108 @@ def plan_leap(eng, plan) -> Leap | None:
     if free_at > now and not soft:
         return None
     ids = np.asarray(eng.running, dtype=np.int64)
-    c, held = t.computed[ids], t.blocks[ids]
+    c, held, g = t.computed[ids], t.blocks[ids], t.generated[ids]
     bs, free, H = eng.pool.block_size, eng.pool.num_free, int(held.sum())
-    kmax = min(int((t.output[ids] - t.generated[ids]).min()), LEAP_CAP)
+    kmax = min(int((t.output[ids] - g).min()), LEAP_CAP)
     kmax = largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
-    B, S0, cmax0 = len(ids), int((c + 1).sum()), int(c.max()) + 1
+    B = len(ids)
+    S0, cmax0 = int(c.sum()) + B, int(c.max()) + 1      # Σ (c + 1) and max (c + 1), as ints
     # prompts that wait now wait on: admission stops at the head of the queue, and what it
     # checks only gets tighter; an arrival joins behind it and changes nothing
     arrival = math.inf if eng.waiting else eng.ctx.source.next_arrival_s
-    host_s = w.host_s
     lp = Leap(eng, ids)
+    lp.state = (c, held, H, g.tolist())
     s, p = free_at, now    # the next round's start, and when it was planned
     if not soft:
         return _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
+    return _soft(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a, j, ex.layer)
+
+
+class _Run:
+    """What `Leap._account` and `Leap.apply` read of a leapt round's `MainRun`: its start, its
+    end and the assist time inserted into it."""
+
+    __slots__ = ("start", "end", "shift")
+
+    def __init__(self, start, end, shift):
+        self.start, self.end, self.shift = start, end, shift
+
+
+def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: float,
+          arrival: float, a: float, j: int, layer_assist):
+    """`plan_leap`'s loop for rounds that serve Fused-Assist assists at their boundaries:
+    `MainRun`'s timer arithmetic (`expected_end`, `end`, `next_boundary`, `offset`) and
+    `GpuWorker.service` / `GpuWorker.shift` written out on plain floats, with the same
+    operations in the same order (no object per round or per assist; tests check)."""
+    w, N = eng.worker, eng.N
+    h2d, gpu_s, d2h, nxt = layer_assist
+    host_s = w.host_s
+    hg = host_s + gpu_s
+    dh = w.h2d.duration_s(h2d) if h2d else None
+    dd = w.d2h.duration_s(d2h) if d2h else None
+    pre, _, post = eng._split(0.0, B, B)         # they depend on B alone
+    poll = eng.poll_s if w.staged else None
+    ceil = math.ceil
+    last = N - 1
+    rounds = lp.rounds
+    # the rounds' decode times priced a batch at a time (`GpuEngine._decode_run`, the same
+    # floats as one call per round): what a stepped round before priced, else as many as a
+    # recent leap's rounds would take to the next arrival (any guess gives the same rounds)
+    hint = eng._round_hint
+    n = int((arrival - s) / hint) + 2 if hint > 0.0 and arrival < math.inf else 8
+    n = min(max(n, 4), SOFT_FIRST, kmax)
+    d = eng._decode_run(B, S0, cmax0, n)
     for i in range(kmax):
         if i and not p < arrival:
             break
-        run = eng._stages(eng._decode_s(B, S0 + B * i, cmax0 + i), B, B)
-        run.start = run.arm = s
-        E = run.expected_end()
+        if i == len(d):                 # the next steps of the run
+            d = d + eng._decode_run(B, S0 + B * i, cmax0 + i, min(2 * i, kmax - i))
+        total = d[i]
+        layer = max(total - pre - post, 0.0) / N      # GpuEngine._split
+        if poll is not None:
+            layer += poll
+        D = pre + N * layer + post
+        start = arm = s
+        shift = 0.0
+        E = arm + max(0.0, (start + D + shift) - arm)          # MainRun.expected_end
         served, after, asks = [], None, None
-        while soft and j < N - 1 and a < E:   # Fused-Assist assists during this round
-            sv = w.service(run, a, h2d, gpu_s, d2h)
-            if sv is None:
+        while j < last and a < E:             # Fused-Assist assists during this round
+            x = a - start - shift - 1e-12     # MainRun.next_boundary(a)
+            if x <= pre:
+                k = 1
+            else:
+                k = 1 + int(ceil((x - pre) / layer)) if layer > 0 else N + 1
+            if k > N + 1:
                 # in the post-layer: the worker waits the batch out, then serves it (with
                 # the GPU free, both channels free) before the next round can start
                 asks = (a, j)
-                E = a + max(0.0, run.end - a)
-                t1 = E + (host_s + gpu_s)
-                t2 = t1 + sv_time(w.h2d, h2d)
-                t3 = t2 + sv_time(w.d2h, d2h)
-                after = (None, E, t3, w.h2d.duration_s(h2d) if h2d else None,
-                         w.d2h.duration_s(d2h) if d2h else None)
+                E = a + max(0.0, (start + D + shift) - a)
+                t1 = E + hg
+                t2 = t1 + (dh if h2d else 0.0)
+                t3 = t2 + (dd if d2h else 0.0)
+                after = (None, E, t3, dh, dd)
                 a, j = t3 + nxt, j + 1
                 break
-            w.shift(run, sv)
-            served.append(sv)
-            a, j = sv[2] + nxt, j + 1
-            E = run.expected_end()
+            b = start + (pre + (k - 1) * layer) + shift           # GpuWorker.service_head
+            t0 = a + (b - a) if b > a else a
+            t = t0 + hg
+            if dh is not None:
+                t = t + dh
+            if dd is not None:
+                t = t + dd
+            served.append((k, t0, t, dh, dd))
+            shift += t - t0                   # GpuWorker.shift
+            arm = t
+            a, j = t + nxt, j + 1
+            E = arm + max(0.0, (start + D + shift) - arm)
         if not a > E:                         # the CPU engine acts during this round
             break
-        lp.rounds.append(Round(run, E, served, after, a, j, asks))
+        rounds.append(Round(_Run(start, start + D + shift, shift), E, served, after, a, j,
+                            asks))
         p = E
         s = E if after is None else after[2]
+    if rounds:
+        eng._round_hint = (p - rounds[0].run.start) / len(rounds)
     return lp if lp.rounds else None
 
 
@@ -227,7 +294,7 @@ def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: f
     """`plan_leap`'s loop for rounds that serve no assist (`soft` false): the same float
     operations without an object per round. Each round's split (`GpuEngine._split`: IEEE
     subtractions, a max, a division, the same in numpy as in Python floats) is done for a
-    batch of rounds at once, their decode times priced together (`_decode_steps`, the same
+    batch of rounds at once, their decode times priced together (`_decode_run`, the same
     floats); only the chain of start and end times (`MainRun.fresh_ends`) is a loop. How
     many rounds to price is guessed from the last leap's round length (any guess gives
     the same rounds)."""
@@ -242,7 +309,7 @@ def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: f
     n = max(n, 4)
     while i < kmax:
         n = min(n, kmax - i)
-        layer = np.array(eng._decode_steps(B, S0 + B * i, cmax0 + i, n))
+        layer = np.array(eng._decode_run(B, S0 + B * i, cmax0 + i, n)[:n])
         layer -= pre
         layer -= post
         np.maximum(layer, 0.0, out=layer)

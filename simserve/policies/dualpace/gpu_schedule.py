@@ -14,26 +14,30 @@ step 7 (commit and execute) is in `gpu_engine.py`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from simserve.policies.dualpace.envelope import admit_prefills, fits, migration_blocks
+from simserve.policies.dualpace.envelope import (admit_prefills, fits, migration_blocks,
+                                                 migration_blocks_of)
 from simserve.policies.dualpace.state import GPU
 
 MAX_PREFILL_CANDIDATES = 256   # prompts looked at per round (the row limit bounds it anyway)
 
 
-@dataclass
 class Plan:
-    victims: list = field(default_factory=list)
-    decodes: list = field(default_factory=list)
-    swap_in: list = field(default_factory=list)
-    to_gpu: list = field(default_factory=list)
-    to_cpu: list = field(default_factory=list)
-    marks: list = field(default_factory=list)
-    chunks: dict = field(default_factory=dict)   # prompt tokens prefilled this round
-    migration_only: bool = False
+    """One round's decisions (a plain class: one is built per round)."""
+
+    __slots__ = ("victims", "decodes", "swap_in", "to_gpu", "to_cpu", "marks", "chunks",
+                 "migration_only")
+
+    def __init__(self):
+        self.victims: list = []
+        self.decodes: list = []
+        self.swap_in: list = []
+        self.to_gpu: list = []
+        self.to_cpu: list = []
+        self.marks: list = []
+        self.chunks: dict = {}          # prompt tokens prefilled this round
+        self.migration_only = False
 
     @property
     def empty(self) -> bool:
@@ -65,7 +69,7 @@ def plan_round(eng) -> Plan:
     cpu_waiting_was_empty = not st.cpu_waiting
     eng.marks = [r for r in eng.marks if st.marked[r]]
     run = eng.running
-    ids = np.asarray(run, dtype=np.int64)
+    ids = np.fromiter(run, dtype=np.int64, count=len(run))
     nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - t.blocks[ids], 0)
     free = gp.num_free
     need = int(nb.sum())
@@ -113,7 +117,7 @@ def plan_round(eng) -> Plan:
     # (else every decode is kept and `need` is theirs already)
     # step 3. Q_G in eviction order, tail evicted first. Requests admitted with a finish-peak
     # guarantee (swap-ins, deferred marks) sit at its head: they stay GPU-resident to the end.
-    q_peaks = st.peak[np.asarray(run, dtype=np.int64)].tolist()
+    q_peaks = st.peak[ids].tolist()
     if plan.victims:
         gone = set(plan.victims)
         q_peaks = [int(st.peak[r]) for r in run if r not in gone]
@@ -220,5 +224,6 @@ def plan_round(eng) -> Plan:
                 tokens += 1
         else:
             swap_in_pass()
-    st.migration_reserve = migration_blocks(q_peaks, gcap)   # published after this round
+    # published after this round (`peak_sum` is Σ q_peaks: every change above kept it)
+    st.migration_reserve = migration_blocks_of(q_peaks, peak_sum, gcap)
     return plan

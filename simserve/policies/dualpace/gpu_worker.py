@@ -199,16 +199,87 @@ class GpuWorker:
         `run` is still the worker's batch at `at_s` iff `at_s < run.expected_end()`, which
         `try_serve` checks too. The only other event in between, the worker's end-of-batch
         timer, re-arms itself from `run` and ends the batch at the same time either way.
-        So the same checks and `service` on the same `run` state give the same floats."""
-        if (self.copies is not None or self.queue or run.pending is not None
+        So the same checks and `service` on the same `run` state give the same floats.
+
+        With this batch's Prefill-to-CPU copies in closed form (`CopyStream`), the assist is
+        served through them (`CopyStream.serve` at `at_s`) where `try_serve` would do so: their
+        loop state changes only in `serve` (the stream's own wake-ups re-project its end from
+        that state and change nothing else), so serving at `at_s` now gives the same floats.
+        If the copies would all be done by `at_s` (the stream then hands the channel back and
+        `try_serve` serves it alone), `serve` finds nothing left to wait for and times it as
+        `service` does, booking the copies first as they would have been. Cases where
+        `try_serve` would interrupt the copies (the post-layer) are left to it."""
+        if (self.queue or run.pending is not None
                 or at_s >= run.expected_end() or not (self.h2d.idle and self.d2h.idle)):
             return None
+        cs = self.copies
+        if cs is not None:
+            if (cs.run is not run or cs.end_s is None or cs.cont is not None
+                    or run.next_boundary(at_s) is None):
+                return None
+            sv = cs.serve(at_s, h2d_bytes, gpu_s, d2h_bytes)
+            self.num_chained += 1
+            return sv[2]
         sv = self.service(run, at_s, h2d_bytes, gpu_s, d2h_bytes)
         if sv is None:
             return None
         self.book(run, sv, h2d_bytes, d2h_bytes)
         self.num_chained += 1
         return sv[2]
+
+    def serve_chain(self, run: MainRun, at_s: float, h2d_bytes: float, gpu_s: float,
+                    d2h_bytes: float, then: float, n: int):
+        """`serve_at` for up to n assists, the first asked for at `at_s` and each next one
+        `then` after the last one's end: (how many were served, when the CPU side of the
+        last one is done). Without copies, what `serve_at` checks and does is written out
+        on plain floats: the queue, the pending service and the channels do not change
+        while it loops, so only the end of `run` is checked again; `MainRun.next_boundary`,
+        `offset`, `expected_end` and `GpuWorker.service` with the same operations in the
+        same order; the services counted at once (`count_many`)."""
+        if self.copies is not None:
+            m = 0
+            while m < n:
+                t = self.serve_at(run, at_s, h2d_bytes, gpu_s, d2h_bytes)
+                if t is None:
+                    break
+                m += 1
+                at_s = t + then
+            return m, at_s
+        if self.queue or run.pending is not None or not (self.h2d.idle and self.d2h.idle):
+            return 0, at_s
+        dh = self.h2d.duration_s(h2d_bytes) if h2d_bytes else None
+        dd = self.d2h.duration_s(d2h_bytes) if d2h_bytes else None
+        hg = self.host_s + gpu_s
+        start, pre, layer, post, N = run.start, run.pre, run.layer, run.post, run.N
+        D = pre + N * layer + post
+        shift, arm = run.shift, run.arm
+        ceil = math.ceil
+        svs = []
+        while len(svs) < n:
+            if not at_s < arm + max(0.0, (start + D + shift) - arm):   # expected_end
+                break
+            x = at_s - start - shift - 1e-12                            # next_boundary
+            if x <= pre:
+                k = 1
+            else:
+                k = 1 + int(ceil((x - pre) / layer)) if layer > 0 else N + 1
+                if k > N + 1:
+                    break
+            b = start + (pre + (k - 1) * layer) + shift                 # service_head
+            t0 = at_s + (b - at_s) if b > at_s else at_s
+            t = t0 + hg
+            if dh is not None:
+                t = t + dh
+            if dd is not None:
+                t = t + dd
+            svs.append((k, t0, t, dh, dd))
+            run.add_shift(k, t - t0)                                     # shift
+            shift = run.shift
+            run.arm = arm = t
+            at_s = t + then
+        self.count_many(svs, h2d_bytes, d2h_bytes)
+        self.num_chained += len(svs)
+        return len(svs), at_s
 
     def service(self, run: MainRun, now: float, h2d_bytes: float, gpu_s: float,
                 d2h_bytes: float):
@@ -254,6 +325,33 @@ class GpuWorker:
         self.num_assists += 1
         self.num_closed_form += 1
         self.assist_busy_s += t - t0
+
+    def count_many(self, svs, h2d_bytes: float, d2h_bytes: float) -> None:
+        """`count` of each service in `svs`, in order. Without a trace sink, `Channel.book`'s
+        updates are written out: the busy-time sums add the same floats in the same order,
+        the counters add up as integers (tests check against `count`)."""
+        h, d = self.h2d, self.d2h
+        if h.trace is not None or d.trace is not None:
+            for sv in svs:
+                self.count(sv, h2d_bytes, d2h_bytes)
+            return
+        hb, db, ab = h.busy_s, d.busy_s, self.assist_busy_s
+        nh = nd = 0
+        for _, t0, t, dh, dd in svs:
+            if dh is not None:
+                hb += dh
+                nh += 1
+            if dd is not None:
+                db += dd
+                nd += 1
+            ab += t - t0
+        h.busy_s, d.busy_s, self.assist_busy_s = hb, db, ab
+        h.num_transfers += nh
+        h.bytes_moved += nh * int(h2d_bytes)
+        d.num_transfers += nd
+        d.bytes_moved += nd * int(d2h_bytes)
+        self.num_assists += len(svs)
+        self.num_closed_form += len(svs)
 
     @staticmethod
     def shift(run: MainRun, sv) -> None:
