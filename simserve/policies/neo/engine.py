@@ -282,23 +282,34 @@ class NeoEngine(EngineBase):
         c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
         g = t.generated[ids].tolist()
         kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
-
-        def need(k: int) -> int:     # GPU blocks the decodes hold after k more steps
-            return sum(max(h, -(-(x + k) // bs)) for h, x in zip(held, c))
-
-        G = self.gpu_pool.num_blocks
-        kmax = largest_k(kmax, lambda k: need(k) <= G)
         if kmax < 2:
             return 0
-        B = len(c)
+
+        def fits(k: int) -> bool:  # the decodes' GPU blocks after k more steps fit the pool
+            return sum([max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]) <= G
+
+        G, B = self.gpu_pool.num_blocks, len(c)
+        arrival = self.ctx.source.next_arrival_s
         # the steps that start before the next arrival, priced as `decode_ends` prices them
-        # and cut as `steps_before` cuts them (`leap_ends`: the same floats)
-        ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax,
-                         self.ctx.source.next_arrival_s, self._step_hint)
-        k = len(ends)
-        self._step_hint = (ends[-1] - self.clock) / k
+        # and cut as `steps_before` cuts them (`leap_ends`: the same floats), and of those the
+        # most whose KV fits. Cutting by the arrival first gives the same steps as cutting by
+        # the KV first (`leap_ends` returns a prefix of one sequence of floats whatever its
+        # kmax, and the KV cut is a threshold on k), and then the KV is checked on a few
+        # steps instead of searched over all of them; with no arrival ahead, the KV first.
+        if arrival < np.inf:
+            ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax, arrival,
+                             self._step_hint)
+            k = largest_k(len(ends), fits)
+        else:
+            k = largest_k(kmax, fits)
+            ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, k, arrival,
+                             self._step_hint) if k >= 2 else ()
+            k = len(ends)
         if k < 2:
             return 0
+        if k < len(ends):
+            ends = ends[:k]
+        self._step_hint = (ends[-1] - self.clock) / k
         grown = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]    # need(k), each
         self.gpu_pool.allocate(sum(grown) - sum(held))
         t.blocks[ids] = grown
