@@ -23,12 +23,25 @@ from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
 from simserve.sim.leap import largest_k, leap_ends
+from simserve.policies.neo.cpu_queue import CpuQueue
 from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 from simserve.sim.clock import at
 
 LEAP_CAP = 8192
+
+
+def blocks_beyond(rooms: list[int], k: int, bs: int) -> int:
+    """KV blocks that decodes need after k more steps beyond those they hold, given each one's
+    room (held blocks × bs − tokens in KV; sorted): max(held, ceil((tokens + k) / bs)) − held
+    = max(0, ceil((k − room) / bs)), which is 0 for every room >= k."""
+    n = 0
+    for room in rooms:
+        if room >= k:
+            break
+        n += -(-(k - room) // bs)
+    return n
 
 
 class NeoEngine(EngineBase):
@@ -48,7 +61,7 @@ class NeoEngine(EngineBase):
         self.kv_layer_bytes = ctx.model.kv_bytes_per_token_per_layer(cfg.tp)
         self.waiting: deque[int] = deque()
         self.gpu_q: list[int] = []
-        self.cpu_q: deque[int] = deque()
+        self.cpu_q = CpuQueue()
         self.clock = 0.0
         self._wake = None
         self.index = 0
@@ -60,7 +73,6 @@ class NeoEngine(EngineBase):
         self._d2h, self._h2d = self._channels("d2h"), self._channels("h2d")
         self._arrivals = ctx.source.arrival.tolist()   # scheduled, sorted
         self._step_hint = 0.0      # a recent leapt step's duration (`leap_ends`' guess)
-        self._cpu_view = None      # (ids, lengths) of the CPU queue read by `_leap_ok`
 
     def enqueue(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -98,7 +110,6 @@ class NeoEngine(EngineBase):
     def run(self):
         env, t = self.ctx.env, self.ctx.table
         while True:
-            self._cpu_view = None
             if not self.waiting and not self.gpu_q and not self.cpu_q:
                 yield from self._idle()
                 continue
@@ -231,7 +242,7 @@ class NeoEngine(EngineBase):
         gone = set(done.tolist())
         self.gpu_q = [x for x in self.gpu_q if x not in gone]
         if cpu_side and any(x in gone for x in self.cpu_q):
-            self.cpu_q = deque(x for x in self.cpu_q if x not in gone)
+            self.cpu_q = CpuQueue(x for x in self.cpu_q if x not in gone)
         self.stats.update(self.counters())
 
     def _sample(self) -> None:
@@ -261,19 +272,12 @@ class NeoEngine(EngineBase):
             return False                       # the head would be swapped in
         if not cfg.use_cpu:
             return True
-        cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
+        cq = self.cpu_q.ids()
         clen = t.num_tokens[cq]
-        self._cpu_view = (cq, clen)            # `next_round` reuses them if nothing moves
         fits = self.pred.alone_us(clen) <= self.pred.lin(B)
         if self.host_pool.num_free <= 0:       # then only those needing no new host block
             fits &= -(-clen // bs) <= self.host_blocks[cq]
         return not fits.any()                  # no CPU decode fits b1
-
-    def take_cpu_view(self):
-        """(ids, lengths) of the CPU queue as `_leap_ok` read them in this iteration of the
-        loop (None if it did not), once."""
-        v, self._cpu_view = self._cpu_view, None
-        return v
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
@@ -285,10 +289,13 @@ class NeoEngine(EngineBase):
         if kmax < 2:
             return 0
 
-        def fits(k: int) -> bool:  # the decodes' GPU blocks after k more steps fit the pool
-            return sum([max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]) <= G
+        rooms = sorted([h * bs - x for h, x in zip(held, c)])
+        free = self.gpu_pool.num_blocks - sum(held)
 
-        G, B = self.gpu_pool.num_blocks, len(c)
+        def fits(k: int) -> bool:  # the decodes' GPU blocks after k more steps fit the pool
+            return blocks_beyond(rooms, k, bs) <= free
+
+        B = len(c)
         arrival = self.ctx.source.next_arrival_s
         # the steps that start before the next arrival, priced as `decode_ends` prices them
         # and cut as `steps_before` cuts them (`leap_ends`: the same floats), and of those the
@@ -310,9 +317,10 @@ class NeoEngine(EngineBase):
         if k < len(ends):
             ends = ends[:k]
         self._step_hint = (ends[-1] - self.clock) / k
-        grown = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]    # need(k), each
-        self.gpu_pool.allocate(sum(grown) - sum(held))
-        t.blocks[ids] = grown
+        more = blocks_beyond(rooms, k, bs)
+        if more:
+            self.gpu_pool.allocate(more)
+            t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
         t.computed[ids] = [x + k for x in c]
         tr = self.ctx.recorder.trace
         if tr is not None:

@@ -148,13 +148,10 @@ def next_round(e) -> Round:
         rows -= 1
         toks -= ln
     # 5: mode decision over the CPU queue (CPU decodes need a host block at block boundaries)
-    view = e.take_cpu_view()           # the CPU queue's ids and lengths, if `_leap_ok` read
-    if not cfg.use_cpu:                # them this iteration and the queue has not moved since
+    if not cfg.use_cpu:
         cq, clen = _EMPTY, _EMPTY
-    elif view is not None and not (out or recompute) and len(view[0]) == len(e.cpu_q):
-        cq, clen = view
     else:
-        cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q))
+        cq = e.cpu_q.ids()
         clen = t.num_tokens[cq]
     host_free = e.host_pool.num_blocks - cpu_need
     # which candidates need a new host block matters only if the host may run out of them
