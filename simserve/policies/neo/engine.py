@@ -139,10 +139,10 @@ class NeoEngine(EngineBase):
                 plen = t.num_tokens[pref]
                 shape = BatchShape(num_tokens=d.g.tokens, prefill_chunks=plen,
                                    prefill_ctx=np.zeros(len(plen), dtype=np.int64),
-                                   num_decodes=len(r.gdec),
-                                   decode_ctx_sum=int(t.num_tokens[r.gdec].sum()),
+                                   num_decodes=len(r.gdec), decode_ctx_sum=r.gdec_ctx,
                                    num_sample_rows=len(pref) + len(r.gdec),
-                                   decode_ctx=t.num_tokens[r.gdec])
+                                   decode_ctx=t.num_tokens[r.gdec],
+                                   decode_ctx_max=r.gdec_max if len(r.gdec) else None)
                 dur = self.cost.step_s(shape)
                 head = self.pred.head_us(len(pref) + len(r.gdec)) * 1e-6
                 layer = max(dur - head - self.pred.lm_us(shape.num_sample_rows) * 1e-6,
@@ -151,7 +151,7 @@ class NeoEngine(EngineBase):
             rec = self.ctx.recorder
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
-            cp_tokens = int(t.num_tokens[r.pref_cpu].sum()) if len(r.pref_cpu) else 0
+            cp_tokens = r.p2c_tokens
             end = None
             if self.cfg.leap and rec.trace is None:  # the same times, one event (pcie.py)
                 end, wake, books = round_times(
@@ -208,8 +208,8 @@ class NeoEngine(EngineBase):
 
     def _apply(self, r, pref: np.ndarray) -> None:
         t = self.ctx.table
-        if len(r.pref_cpu):
-            self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
+        if r.p2c_blocks:
+            self.itm_pool.free(r.p2c_blocks)
         if len(pref):
             t.computed[pref] = t.num_tokens[pref]
             gen = np.concatenate((pref, r.gdec))
@@ -236,12 +236,15 @@ class NeoEngine(EngineBase):
         """`cpu_side`: some of `done` may be in the CPU queue (else all were GPU decodes)."""
         t = self.ctx.table
         self.gpu_pool.free(int(t.blocks[done].sum()))
-        self.host_pool.free(int(self.host_blocks[done].sum()))
+        on_host = int(self.host_blocks[done].sum())
+        self.host_pool.free(on_host)
         t.blocks[done] = 0
         self.host_blocks[done] = 0
         gone = set(done.tolist())
         self.gpu_q = [x for x in self.gpu_q if x not in gone]
-        if cpu_side and any(x in gone for x in self.cpu_q):
+        # every request in the CPU queue holds host blocks (a swapped-out decode its GPU
+        # blocks, a Prefill-to-CPU prompt its KV): none of `done` is there if they hold none
+        if cpu_side and on_host and any(x in gone for x in self.cpu_q):
             self.cpu_q = CpuQueue(x for x in self.cpu_q if x not in gone)
         self.stats.update(self.counters())
 

@@ -32,6 +32,10 @@ class Round:
     cdec: np.ndarray = field(default_factory=lambda: _EMPTY)      # CPU decodes that run
     swap_out_tokens: int = 0       # KV tokens moved GPU -> host at the start of the round
     swap_in_tokens: int = 0        # KV tokens moved host -> GPU
+    gdec_ctx: int = 0              # Σ and max of the GPU decodes' lengths (num_tokens)
+    gdec_max: int = 0
+    p2c_tokens: int = 0            # Σ prompt tokens of the Prefill-to-CPU prompts ...
+    p2c_blocks: int = 0            # ... and their (host = intermediate GPU) blocks
 
 
 def _blocks(tokens, bs):
@@ -175,12 +179,14 @@ def next_round(e) -> Round:
         t.blocks[r.pref_gpu] = nb
     if npc:
         nb = pc_blk[:npc]
-        e.host_pool.allocate(sum(nb))
+        r.p2c_blocks, r.p2c_tokens = sum(nb), sum(pc_len[:npc])
+        e.host_pool.allocate(r.p2c_blocks)
         e.host_blocks[r.pref_cpu] = nb
-        e.itm_pool.allocate(sum(nb))
+        e.itm_pool.allocate(r.p2c_blocks)
     # every running GPU decode holds `need` blocks after this step (the same as adding
     # need - held to each, and allocating their sum)
     r.gdec = run = np.asarray(run, dtype=np.int64)
+    r.gdec_ctx, r.gdec_max = sum(lens), max(lens, default=0)
     if len(need):
         e.gpu_pool.allocate(sum(need) - int(t.blocks[run].sum()))
         t.blocks[run] = need
