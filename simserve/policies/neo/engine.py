@@ -229,23 +229,24 @@ class NeoEngine(EngineBase):
         if len(r.pref_cpu):
             self.cpu_q.extend(r.pref_cpu.tolist())
         if len(done):
-            self._finish(done, cpu_side=bool(len(r.cdec) or len(r.pref_cpu)))
+            self._finish(done)
         self._sample()
 
-    def _finish(self, done: np.ndarray, cpu_side: bool = True) -> None:
-        """`cpu_side`: some of `done` may be in the CPU queue (else all were GPU decodes)."""
+    def _finish(self, done: np.ndarray) -> None:
         t = self.ctx.table
         self.gpu_pool.free(int(t.blocks[done].sum()))
-        on_host = int(self.host_blocks[done].sum())
+        hb = self.host_blocks[done]
+        on_host = int(hb.sum())
         self.host_pool.free(on_host)
         t.blocks[done] = 0
         self.host_blocks[done] = 0
         gone = set(done.tolist())
         self.gpu_q = [x for x in self.gpu_q if x not in gone]
-        # every request in the CPU queue holds host blocks (a swapped-out decode its GPU
-        # blocks, a Prefill-to-CPU prompt its KV): none of `done` is there if they hold none
-        if cpu_side and on_host and any(x in gone for x in self.cpu_q):
-            self.cpu_q = CpuQueue(x for x in self.cpu_q if x not in gone)
+        # a request holds host blocks exactly while it is in the CPU queue (a swapped-out
+        # decode its GPU blocks, a Prefill-to-CPU prompt its KV; a swap-in returns them)
+        if on_host:
+            for x in done[hb > 0].tolist():
+                self.cpu_q.remove(x)
         self.stats.update(self.counters())
 
     def _sample(self) -> None:
@@ -336,7 +337,7 @@ class NeoEngine(EngineBase):
         self.num_gpu_only += k
         done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
-            self._finish(done, cpu_side=False)
+            self._finish(done)
         self._sample()
         return k
 
