@@ -281,7 +281,7 @@ class NeoEngine(EngineBase):
         fits = self.pred.alone_us(clen) <= self.pred.lin(B)
         if self.host_pool.num_free <= 0:       # then only those needing no new host block
             fits &= -(-clen // bs) <= self.host_blocks[cq]
-        return not fits.any()                  # no CPU decode fits b1
+        return not fits[fits.argmax()]         # no CPU decode fits b1 (argmax: any True)
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size

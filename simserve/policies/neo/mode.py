@@ -77,10 +77,9 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
         fits = pred.alone_us(cpu_len) <= lin0
         if eligible is not None:
             fits &= eligible
-        hit = np.flatnonzero(fits)
-        if len(hit) == 0:
+        start = int(fits.argmax())     # the first that fits (argmax: the first True)
+        if not fits[start]:
             return gpu_only()
-        start = int(hit[0])
     tried = cpu_len[:start] if eligible is None else cpu_len[:start][eligible[:start]]
     min_bad = int(tried.min()) if len(tried) else np.iinfo(np.int64).max
     g_attn0 = b0.pref_us + pred.gdec(b0.n_gdec, b0.gdec_ctx)
