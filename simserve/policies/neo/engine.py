@@ -289,10 +289,9 @@ class NeoEngine(EngineBase):
         # plain ints: the batch is small, numpy calls cost more than the arithmetic
         c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
         g = t.generated[ids].tolist()
-        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
+        kmax = min(min([o - x for o, x in zip(t.output[ids].tolist(), g)]), LEAP_CAP)
         if kmax < 2:
             return 0
-
         rooms = sorted([h * bs - x for h, x in zip(held, c)])
         free = self.gpu_pool.num_blocks - sum(held)
 
@@ -325,7 +324,7 @@ class NeoEngine(EngineBase):
         if more:
             self.gpu_pool.allocate(more)
             t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
-        t.computed[ids] = [x + k for x in c]
+        t.computed[ids] += k
         tr = self.ctx.recorder.trace
         if tr is not None:
             tr.iteration("engine 0", self.clock, ends[-1], f"decode x{k}", steps=k,
