@@ -83,9 +83,10 @@ def test_cpu_queue_ids_follow_every_change():
     q = CpuQueue([3, 4])
     ref = deque([3, 4])             # the same changes on a plain deque
     steps = [("appendleft", 1), ("append", 9), ("popleft",), ("extend", [5, 6]),
+             ("extend", []), ("remove", 5), ("append", 3), ("remove", 3), ("remove", 9),
              ("extendleft", [7]), ("pop",), ("remove", 4), ("insert", 1, 8), ("rotate", 1),
              ("reverse",), ("__setitem__", 0, 2), ("__delitem__", 1), ("__iadd__", [11]),
-             ("__imul__", 2), ("clear",)]
+             ("__imul__", 2), ("clear",), ("extend", [4]), ("popleft",)]
     for name, *args in steps:
         assert np.array_equal(q.ids(), list(ref))      # cached before the change
         getattr(q, name)(*args)
