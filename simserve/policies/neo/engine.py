@@ -234,9 +234,10 @@ class NeoEngine(EngineBase):
 
     def _finish(self, done: np.ndarray) -> None:
         t = self.ctx.table
-        self.gpu_pool.free(int(t.blocks[done].sum()))
+        # (sums of a few ints: plain Python costs less than numpy's reductions here)
+        self.gpu_pool.free(sum(t.blocks[done].tolist()))
         hb = self.host_blocks[done]
-        on_host = int(hb.sum())
+        on_host = sum(hb.tolist())
         self.host_pool.free(on_host)
         t.blocks[done] = 0
         self.host_blocks[done] = 0

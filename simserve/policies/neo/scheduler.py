@@ -188,7 +188,7 @@ def next_round(e) -> Round:
     r.gdec = run = np.asarray(run, dtype=np.int64)
     r.gdec_ctx, r.gdec_max = sum(lens), max(lens, default=0)
     if len(need):
-        e.gpu_pool.allocate(sum(need) - int(t.blocks[run].sum()))
+        e.gpu_pool.allocate(sum(need) - sum(t.blocks[run].tolist()))
         t.blocks[run] = need
     if d.mode == "pipe":
         r.cdec = np.asarray(d.cdec[0] + d.cdec[1], dtype=np.int64)
