@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simserve.policies.neo.cpu_queue import CpuQueue
 from simserve.policies.neo.engine import blocks_beyond
 from simserve.policies.neo.mode import decide
 from simserve.policies.neo.predictor import SubBatch
-from tests.test_neo import LinearPredictor
+from tests.helpers import workload
+from tests.test_neo import LinearPredictor, _engine, scenarios
 
 
 def _plain_scan(pred, pg, n_gdec, gdec_ctx, lens, grow, rows, toks, host_free):
@@ -93,3 +94,43 @@ def test_cpu_queue_ids_follow_every_change():
         getattr(ref, name)(*args)
         assert list(q) == list(ref)
         assert np.array_equal(q.ids(), np.array(list(ref), dtype=np.int64))
+
+
+def _run_checking_host_blocks(w, **params) -> int:
+    """Run NEO and check after every round and leap that the requests holding host blocks
+    are exactly those in the CPU queue (`_finish` looks for finished requests in the queue
+    only among them) and that the queue's cached ids are its contents; returns the most
+    requests seen on the host."""
+    e = _engine(w, **params)
+    sample, seen = e._sample, [0]
+
+    def check():
+        on_host = set(np.flatnonzero(e.host_blocks).tolist())
+        assert set(e.cpu_q) == on_host and len(e.cpu_q) == len(on_host)
+        assert np.array_equal(e.cpu_q.ids(), np.array(list(e.cpu_q), dtype=np.int64))
+        seen.append(len(on_host))
+        sample()
+
+    e._sample = check
+    ctx = e.ctx
+    ctx.source.handler = e.enqueue
+    ctx.env.process(ctx.source.run())
+    ctx.env.run()
+    assert ctx.table.num_finished == w.num_requests
+    return max(seen)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_a_request_holds_host_blocks_exactly_while_it_is_in_the_cpu_queue(sc):
+    w, params = sc
+    _run_checking_host_blocks(w, **params)
+
+
+def test_host_blocks_and_cpu_queue_agree_under_kv_pressure():
+    rng = np.random.default_rng(3)
+    n = 60
+    w = workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(300, 1500, n),
+                 rng.integers(50, 200, n))
+    assert _run_checking_host_blocks(w, num_gpu_blocks_override=400,
+                                     num_cpu_blocks_override=20000) >= 10
