@@ -23,12 +23,25 @@ from simserve.policies.base import EngineBase
 from simserve.sim.context import SimContext
 from simserve.sim.kv import BlockPool
 from simserve.sim.leap import largest_k, leap_ends
+from simserve.policies.neo.cpu_queue import CpuQueue
 from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 from simserve.sim.clock import at
 
 LEAP_CAP = 8192
+
+
+def blocks_beyond(rooms: list[int], k: int, bs: int) -> int:
+    """KV blocks that decodes need after k more steps beyond those they hold, given each one's
+    room (held blocks × bs − tokens in KV; sorted): max(held, ceil((tokens + k) / bs)) − held
+    = max(0, ceil((k − room) / bs)), which is 0 for every room >= k."""
+    n = 0
+    for room in rooms:
+        if room >= k:
+            break
+        n += -(-(k - room) // bs)
+    return n
 
 
 class NeoEngine(EngineBase):
@@ -48,7 +61,7 @@ class NeoEngine(EngineBase):
         self.kv_layer_bytes = ctx.model.kv_bytes_per_token_per_layer(cfg.tp)
         self.waiting: deque[int] = deque()
         self.gpu_q: list[int] = []
-        self.cpu_q: deque[int] = deque()
+        self.cpu_q = CpuQueue()
         self.clock = 0.0
         self._wake = None
         self.index = 0
@@ -60,7 +73,6 @@ class NeoEngine(EngineBase):
         self._d2h, self._h2d = self._channels("d2h"), self._channels("h2d")
         self._arrivals = ctx.source.arrival.tolist()   # scheduled, sorted
         self._step_hint = 0.0      # a recent leapt step's duration (`leap_ends`' guess)
-        self._cpu_view = None      # (ids, lengths) of the CPU queue read by `_leap_ok`
 
     def enqueue(self, rid: int) -> None:
         self.waiting.append(rid)
@@ -98,7 +110,6 @@ class NeoEngine(EngineBase):
     def run(self):
         env, t = self.ctx.env, self.ctx.table
         while True:
-            self._cpu_view = None
             if not self.waiting and not self.gpu_q and not self.cpu_q:
                 yield from self._idle()
                 continue
@@ -128,10 +139,10 @@ class NeoEngine(EngineBase):
                 plen = t.num_tokens[pref]
                 shape = BatchShape(num_tokens=d.g.tokens, prefill_chunks=plen,
                                    prefill_ctx=np.zeros(len(plen), dtype=np.int64),
-                                   num_decodes=len(r.gdec),
-                                   decode_ctx_sum=int(t.num_tokens[r.gdec].sum()),
+                                   num_decodes=len(r.gdec), decode_ctx_sum=r.gdec_ctx,
                                    num_sample_rows=len(pref) + len(r.gdec),
-                                   decode_ctx=t.num_tokens[r.gdec])
+                                   decode_ctx=t.num_tokens[r.gdec],
+                                   decode_ctx_max=r.gdec_max if len(r.gdec) else None)
                 dur = self.cost.step_s(shape)
                 head = self.pred.head_us(len(pref) + len(r.gdec)) * 1e-6
                 layer = max(dur - head - self.pred.lm_us(shape.num_sample_rows) * 1e-6,
@@ -140,7 +151,7 @@ class NeoEngine(EngineBase):
             rec = self.ctx.recorder
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
-            cp_tokens = int(t.num_tokens[r.pref_cpu].sum()) if len(r.pref_cpu) else 0
+            cp_tokens = r.p2c_tokens
             end = None
             if self.cfg.leap and rec.trace is None:  # the same times, one event (pcie.py)
                 end, wake, books = round_times(
@@ -197,8 +208,8 @@ class NeoEngine(EngineBase):
 
     def _apply(self, r, pref: np.ndarray) -> None:
         t = self.ctx.table
-        if len(r.pref_cpu):
-            self.itm_pool.free(int(-(-t.num_tokens[r.pref_cpu] // self.block_size).sum()))
+        if r.p2c_blocks:
+            self.itm_pool.free(r.p2c_blocks)
         if len(pref):
             t.computed[pref] = t.num_tokens[pref]
             gen = np.concatenate((pref, r.gdec))
@@ -218,20 +229,25 @@ class NeoEngine(EngineBase):
         if len(r.pref_cpu):
             self.cpu_q.extend(r.pref_cpu.tolist())
         if len(done):
-            self._finish(done, cpu_side=bool(len(r.cdec) or len(r.pref_cpu)))
+            self._finish(done)
         self._sample()
 
-    def _finish(self, done: np.ndarray, cpu_side: bool = True) -> None:
-        """`cpu_side`: some of `done` may be in the CPU queue (else all were GPU decodes)."""
+    def _finish(self, done: np.ndarray) -> None:
         t = self.ctx.table
-        self.gpu_pool.free(int(t.blocks[done].sum()))
-        self.host_pool.free(int(self.host_blocks[done].sum()))
+        # (sums of a few ints: plain Python costs less than numpy's reductions here)
+        self.gpu_pool.free(sum(t.blocks[done].tolist()))
+        hb = self.host_blocks[done]
+        on_host = sum(hb.tolist())
+        self.host_pool.free(on_host)
         t.blocks[done] = 0
         self.host_blocks[done] = 0
         gone = set(done.tolist())
         self.gpu_q = [x for x in self.gpu_q if x not in gone]
-        if cpu_side and any(x in gone for x in self.cpu_q):
-            self.cpu_q = deque(x for x in self.cpu_q if x not in gone)
+        # a request holds host blocks exactly while it is in the CPU queue (a swapped-out
+        # decode its GPU blocks, a Prefill-to-CPU prompt its KV; a swap-in returns them)
+        if on_host:
+            for x in done[hb > 0].tolist():
+                self.cpu_q.remove(x)
         self.stats.update(self.counters())
 
     def _sample(self) -> None:
@@ -261,19 +277,12 @@ class NeoEngine(EngineBase):
             return False                       # the head would be swapped in
         if not cfg.use_cpu:
             return True
-        cq = np.fromiter(self.cpu_q, dtype=np.int64, count=len(self.cpu_q))
+        cq = self.cpu_q.ids()
         clen = t.num_tokens[cq]
-        self._cpu_view = (cq, clen)            # `next_round` reuses them if nothing moves
         fits = self.pred.alone_us(clen) <= self.pred.lin(B)
         if self.host_pool.num_free <= 0:       # then only those needing no new host block
             fits &= -(-clen // bs) <= self.host_blocks[cq]
-        return not fits.any()                  # no CPU decode fits b1
-
-    def take_cpu_view(self):
-        """(ids, lengths) of the CPU queue as `_leap_ok` read them in this iteration of the
-        loop (None if it did not), once."""
-        v, self._cpu_view = self._cpu_view, None
-        return v
+        return not fits[fits.argmax()]         # no CPU decode fits b1 (argmax: any True)
 
     def _leap(self) -> int:
         t, bs = self.ctx.table, self.block_size
@@ -281,28 +290,42 @@ class NeoEngine(EngineBase):
         # plain ints: the batch is small, numpy calls cost more than the arithmetic
         c, held = t.computed[ids].tolist(), t.blocks[ids].tolist()
         g = t.generated[ids].tolist()
-        kmax = min(min(o - x for o, x in zip(t.output[ids].tolist(), g)), LEAP_CAP)
-
-        def need(k: int) -> int:     # GPU blocks the decodes hold after k more steps
-            return sum(max(h, -(-(x + k) // bs)) for h, x in zip(held, c))
-
-        G = self.gpu_pool.num_blocks
-        kmax = largest_k(kmax, lambda k: need(k) <= G)
+        kmax = min(min([o - x for o, x in zip(t.output[ids].tolist(), g)]), LEAP_CAP)
         if kmax < 2:
             return 0
+        rooms = sorted([h * bs - x for h, x in zip(held, c)])
+        free = self.gpu_pool.num_blocks - sum(held)
+
+        def fits(k: int) -> bool:  # the decodes' GPU blocks after k more steps fit the pool
+            return blocks_beyond(rooms, k, bs) <= free
+
         B = len(c)
+        arrival = self.ctx.source.next_arrival_s
         # the steps that start before the next arrival, priced as `decode_ends` prices them
-        # and cut as `steps_before` cuts them (`leap_ends`: the same floats)
-        ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax,
-                         self.ctx.source.next_arrival_s, self._step_hint)
-        k = len(ends)
-        self._step_hint = (ends[-1] - self.clock) / k
+        # and cut as `steps_before` cuts them (`leap_ends`: the same floats), and of those the
+        # most whose KV fits. Cutting by the arrival first gives the same steps as cutting by
+        # the KV first (`leap_ends` returns a prefix of one sequence of floats whatever its
+        # kmax, and the KV cut is a threshold on k), and then the KV is checked on a few
+        # steps instead of searched over all of them; with no arrival ahead, the KV first.
+        if arrival < np.inf:
+            ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax, arrival,
+                             self._step_hint)
+            k = largest_k(len(ends), fits)
+        else:
+            k = largest_k(kmax, fits)
+            ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, k, arrival,
+                             self._step_hint) if k >= 2 else ()
+            k = len(ends)
         if k < 2:
             return 0
-        grown = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]    # need(k), each
-        self.gpu_pool.allocate(sum(grown) - sum(held))
-        t.blocks[ids] = grown
-        t.computed[ids] = [x + k for x in c]
+        if k < len(ends):
+            ends = ends[:k]
+        self._step_hint = (ends[-1] - self.clock) / k
+        more = blocks_beyond(rooms, k, bs)
+        if more:
+            self.gpu_pool.allocate(more)
+            t.blocks[ids] = [max(h, -(-(x + k) // bs)) for h, x in zip(held, c)]
+        t.computed[ids] += k
         tr = self.ctx.recorder.trace
         if tr is not None:
             tr.iteration("engine 0", self.clock, ends[-1], f"decode x{k}", steps=k,
@@ -314,7 +337,7 @@ class NeoEngine(EngineBase):
         self.num_gpu_only += k
         done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
-            self._finish(done, cpu_side=False)
+            self._finish(done)
         self._sample()
         return k
 

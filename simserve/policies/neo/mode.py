@@ -77,56 +77,67 @@ def decide(pred: Predictor, pref_gpu_len, pref_cpu_len, n_gdec: int, gdec_ctx: i
         fits = pred.alone_us(cpu_len) <= lin0
         if eligible is not None:
             fits &= eligible
-        hit = np.flatnonzero(fits)
-        if len(hit) == 0:
+        start = int(fits.argmax())     # the first that fits (argmax: the first True)
+        if not fits[start]:
             return gpu_only()
-        start = int(hit[0])
     tried = cpu_len[:start] if eligible is None else cpu_len[:start][eligible[:start]]
     min_bad = int(tried.min()) if len(tried) else np.iinfo(np.int64).max
     g_attn0 = b0.pref_us + pred.gdec(b0.n_gdec, b0.gdec_ctx)
     chosen: tuple[list, list] = ([], [])
+    add0, add1 = chosen[0].append, chosen[1].append
     # b0's and b1's CPU decodes (count, Σ seq_len), tokens, T_lin of those tokens and CPU
-    # time, as plain locals: a candidate is priced with one T_cdec call (the other terms of
-    # both slacks change only when a candidate is accepted)
+    # time, as plain locals: a candidate is priced with one T_cdec call. The slack of the
+    # sub-batch it does not go to changes only when a candidate is accepted: it is worked out
+    # once then (`fixed`), with T_lin of the target's tokens + 1 (`grown`, memoised by tokens)
     lin, cdec, lnch = pred.lin, pred.cdec_positive(), pred.lnch_us
     lin_memo = getattr(pred, "lin_memo", {})   # T_lin by tokens (a pure function of them)
     n0, x0, t0, cpu0 = b0.n_cdec, b0.cdec_ctx, b0.tokens, 0.0
     n1, x1, t1, cpu1 = b1.n_cdec, b1.cdec_ctx, b1.tokens, 0.0
     lin0, lin1 = lin(t0), lin(t1)
-    grown = None     # T_lin of the target's tokens with one more row
-    nxt = 1
+    fixed = None     # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU time;
+    nxt = 1          # to b0: slack[1] = T_lin(b0 + 1) − b1's CPU time
+    room = min(rows, toks)   # rows and tokens left shrink together, one per accepted decode
     c_len, c_ids = cpu_len[start:].tolist(), cpu_ids[start:].tolist()
     c_grow = repeat(0) if cpu_grow is None else cpu_grow[start:].tolist()
-    for ln, gr, rid in zip(c_len, c_grow, c_ids) if rows >= 1 and toks >= 1 else ():
+    for ln, gr, rid in zip(c_len, c_grow, c_ids) if room >= 1 else ():
         if ln >= min_bad or (gr and host_free <= 0):
             continue
-        if grown is None:    # T_lin of the target's tokens + 1
+        if fixed is None:
             tg = (t1 if nxt else t0) + 1
             grown = lin_memo.get(tg)
             if grown is None:
                 grown = lin_memo[tg] = lin(tg)
-        if nxt:              # to b1: slack[0] = T_lin(b1 + 1) + b0's GPU attention − b0's CPU
+            fixed = grown + g_attn0 - cpu0 if nxt else grown - cpu1
+        if nxt:              # to b1
             new_t = cdec(n1 + 1, x1 + ln) + lnch
-            s0 = grown + g_attn0 - cpu0
+            s0 = fixed
             s1 = lin0 - new_t
-        else:                # to b0
+        else:                # to b0: slack[0] = T_lin(b1) + b0's GPU attention − its CPU time
             new_t = cdec(n0 + 1, x0 + ln) + lnch
             s0 = lin1 + g_attn0 - new_t
-            s1 = grown - cpu1
+            s1 = fixed
         if s0 < 0 or s1 < 0:          # min(s0, s1) < 0
             min_bad = ln
             continue
         if nxt:
-            n1, x1, t1, lin1, cpu1 = n1 + 1, x1 + ln, t1 + 1, grown, new_t
+            n1 += 1
+            x1 += ln
+            t1 += 1
+            lin1 = grown
+            cpu1 = new_t
+            add1(rid)
         else:
-            n0, x0, t0, lin0, cpu0 = n0 + 1, x0 + ln, t0 + 1, grown, new_t
-        grown = None
-        chosen[nxt].append(rid)
-        rows -= 1
-        toks -= 1
+            n0 += 1
+            x0 += ln
+            t0 += 1
+            lin0 = grown
+            cpu0 = new_t
+            add0(rid)
+        fixed = None
         host_free -= gr
         nxt = 1 if s1 > s0 else 0
-        if rows < 1 or toks < 1:      # the budget only shrinks when a candidate is accepted
+        room -= 1
+        if room < 1:                  # the budget only shrinks when a candidate is accepted
             break
     b0.n_cdec, b0.cdec_ctx, b1.n_cdec, b1.cdec_ctx = n0, x0, n1, x1
     if b1.n_cdec == 0:

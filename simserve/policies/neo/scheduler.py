@@ -32,6 +32,10 @@ class Round:
     cdec: np.ndarray = field(default_factory=lambda: _EMPTY)      # CPU decodes that run
     swap_out_tokens: int = 0       # KV tokens moved GPU -> host at the start of the round
     swap_in_tokens: int = 0        # KV tokens moved host -> GPU
+    gdec_ctx: int = 0              # Σ and max of the GPU decodes' lengths (num_tokens)
+    gdec_max: int = 0
+    p2c_tokens: int = 0            # Σ prompt tokens of the Prefill-to-CPU prompts ...
+    p2c_blocks: int = 0            # ... and their (host = intermediate GPU) blocks
 
 
 def _blocks(tokens, bs):
@@ -46,8 +50,9 @@ def next_round(e) -> Round:
     # 1-2: GPU decodes, then swap-out of the newest under budget or KV pressure
     # (plain ints: the GPU decodes are few, numpy calls would cost more than the arithmetic)
     ids = e.gpu_q
-    lens = t.num_tokens[ids].tolist()
-    need = [-(-x // bs) for x in lens]
+    ntok = t.num_tokens
+    lens = ntok[ids].tolist()
+    need = [-(-x // bs) for x in lens]     # GPU blocks each decode holds after this step
     gpu_need = sum(need)
     rows -= len(ids)
     toks -= len(ids)
@@ -86,7 +91,7 @@ def next_round(e) -> Round:
         moved = set(out) | set(recompute)
         e.gpu_q = run = [x for x in e.gpu_q if x not in moved]
         run = list(run)
-        lens = lens[:keep]          # the kept decodes are a prefix of the queue
+        lens, need = lens[:keep], need[:keep]   # the kept decodes are a prefix of the queue
         e.num_swap_out += len(out)
         e.num_recompute += len(recompute)
     else:
@@ -95,18 +100,21 @@ def next_round(e) -> Round:
         thr_in = round(cfg.swap_in_ratio * G)
         while e.cpu_q and rows >= 1 and toks >= 1:
             c = e.cpu_q[0]
-            blk = int(_blocks(t.num_tokens[c], bs))
+            ln = int(ntok[c])
+            blk = -(-ln // bs)
             if gpu_need + blk > thr_in:
                 break
             e.cpu_q.popleft()
             e.host_pool.free(int(e.host_blocks[c]))
             e.host_blocks[c] = 0
-            e.gpu_pool.allocate(int(_blocks(t.computed[c], bs)))
-            t.blocks[c] = _blocks(t.computed[c], bs)
-            r.swap_in_tokens += int(t.computed[c])
+            cc = int(t.computed[c])
+            e.gpu_pool.allocate(-(-cc // bs))
+            t.blocks[c] = -(-cc // bs)
+            r.swap_in_tokens += cc
             e.gpu_q.append(c)
             run.append(c)
-            lens.append(int(t.num_tokens[c]))
+            lens.append(ln)
+            need.append(blk)
             gpu_need += blk
             rows -= 1
             toks -= 1
@@ -116,10 +124,11 @@ def next_round(e) -> Round:
     cpu_need = e.host_pool.num_used
     itm_need = 0
     to_cpu = False
-    pg, pc = [], []
+    pg, pc = [], []                   # ids of the prefills (to the GPU, to the CPU) ...
+    pg_len, pc_len, pg_blk, pc_blk = [], [], [], []   # ... their lengths and KV blocks
     for w in (e.waiting if not recompute else ()):   # as vLLM: no admission after a recompute
-        ln = int(t.num_tokens[w])         # the prompt (plus outputs after a recompute)
-        blk = int(_blocks(ln, bs))
+        ln = int(ntok[w])                 # the prompt (plus outputs after a recompute)
+        blk = -(-ln // bs)
         # a re-prefill after a recompute may exceed the token budget: it then runs alone
         alone = not run and not pg and not pc and toks == cfg.max_tokens_in_batch
         if rows < 1 or (toks < ln and not alone):
@@ -128,10 +137,14 @@ def next_round(e) -> Round:
             break
         if not to_cpu and gpu_need + blk <= G:
             pg.append(w)
+            pg_len.append(ln)
+            pg_blk.append(blk)
             gpu_need += blk
         elif cfg.use_cpu:
             to_cpu = True
             pc.append(w)
+            pc_len.append(ln)
+            pc_blk.append(blk)
             itm_need += blk
             cpu_need += blk
         else:
@@ -139,42 +152,44 @@ def next_round(e) -> Round:
         rows -= 1
         toks -= ln
     # 5: mode decision over the CPU queue (CPU decodes need a host block at block boundaries)
-    view = e.take_cpu_view()           # the CPU queue's ids and lengths, if `_leap_ok` read
-    if not cfg.use_cpu:                # them this iteration and the queue has not moved since
+    if not cfg.use_cpu:
         cq, clen = _EMPTY, _EMPTY
-    elif view is not None and not (out or recompute) and len(view[0]) == len(e.cpu_q):
-        cq, clen = view
     else:
-        cq = np.fromiter(e.cpu_q, dtype=np.int64, count=len(e.cpu_q))
+        cq = e.cpu_q.ids()
         clen = t.num_tokens[cq]
     host_free = e.host_pool.num_blocks - cpu_need
     # which candidates need a new host block matters only if the host may run out of them
     grow = None if host_free >= len(cq) else \
         (_blocks(clen, bs) > e.host_blocks[cq]).astype(np.int64)
-    d = decide(e.pred, [int(t.num_tokens[w]) for w in pg], [int(t.num_tokens[w]) for w in pc],
-               len(run), sum(lens), cq, clen, grow, rows, toks,
+    d = decide(e.pred, pg_len, pc_len, len(run), sum(lens), cq, clen, grow, rows, toks,
                host_free, cfg.linr_s_threshold, max(lens, default=0))
-    run = np.asarray(run, dtype=np.int64)
     r.decision = d
     # 6: commit the kept prefills and the growth of every decode that runs
     if d.mode == "none":
         return r
-    pg, pc = pg[:d.num_pref_gpu], pc[:d.num_pref_cpu]
-    for _ in range(len(pg) + len(pc)):
+    npg, npc = d.num_pref_gpu, d.num_pref_cpu
+    for _ in range(npg + npc):
         e.waiting.popleft()
-    r.pref_gpu = np.asarray(pg, dtype=np.int64)
-    r.pref_cpu = np.asarray(pc, dtype=np.int64)
-    r.gdec = run
-    nb = _blocks(t.num_tokens[r.pref_gpu], bs)
-    e.gpu_pool.allocate(int(nb.sum()))
-    t.blocks[r.pref_gpu] = nb
-    nb = _blocks(t.num_tokens[r.pref_cpu], bs)
-    e.host_pool.allocate(int(nb.sum()))
-    e.host_blocks[r.pref_cpu] = nb
-    e.itm_pool.allocate(int(nb.sum()))
-    grow_g = _blocks(t.num_tokens[run], bs) - t.blocks[run]
-    e.gpu_pool.allocate(int(grow_g.sum()))
-    t.blocks[run] += grow_g
+    # (plain ints: the prefills are few; their blocks were counted in the scan)
+    r.pref_gpu = np.asarray(pg[:npg], dtype=np.int64)
+    r.pref_cpu = np.asarray(pc[:npc], dtype=np.int64)
+    if npg:
+        nb = pg_blk[:npg]
+        e.gpu_pool.allocate(sum(nb))
+        t.blocks[r.pref_gpu] = nb
+    if npc:
+        nb = pc_blk[:npc]
+        r.p2c_blocks, r.p2c_tokens = sum(nb), sum(pc_len[:npc])
+        e.host_pool.allocate(r.p2c_blocks)
+        e.host_blocks[r.pref_cpu] = nb
+        e.itm_pool.allocate(r.p2c_blocks)
+    # every running GPU decode holds `need` blocks after this step (the same as adding
+    # need - held to each, and allocating their sum)
+    r.gdec = run = np.asarray(run, dtype=np.int64)
+    r.gdec_ctx, r.gdec_max = sum(lens), max(lens, default=0)
+    if len(need):
+        e.gpu_pool.allocate(sum(need) - sum(t.blocks[run].tolist()))
+        t.blocks[run] = need
     if d.mode == "pipe":
         r.cdec = np.asarray(d.cdec[0] + d.cdec[1], dtype=np.int64)
         grow_c = _blocks(t.num_tokens[r.cdec], bs) - e.host_blocks[r.cdec]
