@@ -29,6 +29,8 @@ no attribute probing, so what it reports is what this file says.
 """
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Generator, Mapping, Protocol, Sequence,
                     TypeVar, runtime_checkable)
@@ -233,7 +235,7 @@ def deploy(ctx: SimContext, kind: str, engines: Sequence[Engine], *,
 def _router(targets: list, key: Callable | None) -> Callable[[int], None]:
     if len(targets) == 1:
         return targets[0].enqueue
-    key = key or (lambda e: e.load())
+    key = key or operator.methodcaller("load")  # no Python frame per engine and arrival
 
     def on_arrival(rid: int) -> None:
         min(targets, key=key).enqueue(rid)
