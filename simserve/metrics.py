@@ -174,13 +174,15 @@ def request_slo(records: RequestRecords, slo: SLO) -> pd.DataFrame:
     return frame
 
 
-def request_frame(records: RequestRecords, slo: SLO | None = None) -> pd.DataFrame:
+def request_frame(records: RequestRecords, slo: SLO | None = None,
+                  derived: dict | None = None, met: np.ndarray | None = None) -> pd.DataFrame:
     """One row per request (seconds). scheduled_s is when the workload scheduled it, arrival_s
     when the client sent it (later under max_concurrency; latencies count from it). ttft_s is
     filled once the first token arrived; the other
-    latencies are NaN for unfinished requests; slo_met appears only when `slo` is given."""
+    latencies are NaN for unfinished requests; slo_met appears only when `slo` is given.
+    `derived` (`_derive(records)`) and `met` (`_slo_met`), when the caller has them."""
     import pandas as pd  # only where a frame is built: summaries need numpy alone
-    d = _derive(records)
+    d = _derive(records) if derived is None else derived
     n = len(records.arrival_s)
     frame = pd.DataFrame({
         "request_id": np.arange(n, dtype=np.int64),
@@ -200,7 +202,7 @@ def request_frame(records: RequestRecords, slo: SLO | None = None) -> pd.DataFra
         "num_preemptions": np.asarray(records.num_preemptions, dtype=np.int64),
     })
     if slo is not None:
-        frame["slo_met"] = _slo_met(records, slo, d["finished"])
+        frame["slo_met"] = _slo_met(records, slo, d["finished"]) if met is None else met
     return frame
 
 

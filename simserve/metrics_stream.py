@@ -50,15 +50,17 @@ class RecordStream:
         d = _derive(rec)
         for k in _KEEP:
             self._parts[k].append(d[k])
+        met = None
         if self.slo is not None:
-            self._parts["met"].append(_slo_met(rec, self.slo, d["finished"]))
+            met = _slo_met(rec, self.slo, d["finished"])
+            self._parts["met"].append(met)
         v, c = np.unique(d["itl"], return_counts=True)
         self._gaps.append((v, c))
         self._num_gaps += len(v)
         if self._num_gaps > self.max_distinct_gaps:
             self._compact()
         if self.write is not None:
-            frame = request_frame(rec, self.slo)
+            frame = request_frame(rec, self.slo, d, met)
             frame["request_id"] += s
             self.write(frame)
         self.num_rows += e - s
