@@ -11,6 +11,7 @@ import numpy as np
 
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
+from simserve.policies.conflux.kv_moves import KvMoves
 from simserve.policies.conflux.leap import leap_instance
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_leap import flat_decodes
@@ -29,6 +30,8 @@ class XpInstance(SpRanksEngine):
         self._hints: dict = {}    # the last water levels found (searches start there)
         self._specs: dict = {}    # req_id -> its PendingPrefill while it stays as it was
         self._flat: tuple = (None, None)   # (decode lists, _flat_decodes of them)
+        self._moves = KvMoves(self.ctx.env)   # KV moves without SimPy processes
+        self._channels: dict = {}  # decode rank -> the NVLink channels a move to it uses
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -41,6 +44,35 @@ class XpInstance(SpRanksEngine):
 
     def _leap(self) -> int:
         return leap_instance(self)
+
+    def _start_transfer(self, rid: int, g: int, tokens: int) -> None:
+        """`SpRanksEngine._start_transfer`'s transfers booked in closed form (`kv_moves`: the
+        same ends and landing); with a trace (which draws each transfer as it ends) or a
+        single rank, the processes."""
+        if self.ctx.recorder.trace is not None or self.R == 1:
+            return super()._start_transfer(rid, g, tokens)
+        chs = self._channels.get(g)
+        if chs is None:
+            cl = self.ctx.cluster
+            chs = self._channels[g] = [
+                cl.nvlink_channel(src, dst) for r in range(self.R) if r != g
+                for src, dst in zip(self.rank_gpus[r], self.rank_gpus[g])]
+        ev = self._moves.start(chs, self.cost.shard_transfer_bytes(tokens))
+        self.moving.append((ev, rid, g))
+        self.counts["num_kv_transfers"] += 1
+
+    def _land(self) -> None:
+        """`SpRanksEngine._land` with `kv_moves`' landing rule for closed-form moves."""
+        if not self.moving:
+            return
+        keep, landed = [], self._moves.landed
+        for ev, rid, g in self.moving:
+            if landed(ev):  # the decode rank keeps its shard blocks (now in t.blocks)
+                self._free_shard(rid, keep=g)
+                self.decodes[g].append(rid)
+            else:
+                keep.append((ev, rid, g))
+        self.moving = keep
 
     def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
         """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
