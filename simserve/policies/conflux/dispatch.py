@@ -104,6 +104,30 @@ class _Search:
         # them all
         self._past: tuple[float, tuple[int, ...]] | None = None
 
+    def last_multiple(self, top: int, q: int) -> int:
+        """P: the first of 1, 2, 4, … (top where the doubling reaches it) whose level has room
+        for the candidate's m_i tokens, past which its chunk and so the time stop growing; top
+        without a candidate. room() being nondecreasing, P is the first power of two at or
+        above the fewest multiples of q with room for m_i, capped at top."""
+        if self.m is None:
+            return top
+        k = -(-self.least_level(self.m) // q)
+        return min(top, 1 << max(k - 1, 0).bit_length())
+
+    def least_level(self, tokens: int) -> int:
+        """The lowest level with room() >= tokens: with the k lowest loads raised to a level
+        between the k-th and the next load, room is k·level − (their sum)."""
+        if tokens <= 0:
+            return 0
+        xs = sorted(self.loads)
+        s, n = 0, len(xs)
+        for k in range(1, n + 1):
+            s += xs[k - 1]
+            level = -(-(tokens + s) // k)
+            if k == n or level <= xs[k]:
+                return level
+        raise AssertionError("unreachable")
+
     def room(self, level: int) -> int:
         """B(level): tokens that fit below `level` on top of the current loads."""
         r = 0
@@ -236,44 +260,69 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
 
 
 def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
-    """`find_level`'s answer by galloping from `hint` (multiples of q). The doubling stops at
-    the first of 1, 2, 4, …, top that is saturated or top, P, and returns it if its level and
-    all before it are safe; else the bisection returns the highest safe multiple below the
-    first unsafe one. The time being nondecreasing in the level, both are "the highest safe
-    multiple up to P", which any bracketing finds (0 if even 1 is unsafe)."""
-    P = 1
-    m = s.m
-    if m is None:
-        P = top
-    else:
-        while not (P >= top or s.room(P * q) >= m):
-            P = min(2 * P, top)
+    """`find_level`'s answer searched from `hint` (multiples of q): the highest safe multiple
+    up to P (`_Search.last_multiple`), 0 if even 1 is unsafe. The time being nondecreasing in
+    the level, any bracketing of where it crosses τ finds it; the probes here follow the
+    times: the hint, its neighbour, then where the line through the last two times crosses τ
+    (steps at least doubling on the way out), then `_narrow`. An exact hint costs two
+    estimates."""
+    P = s.last_multiple(top, q)
+    tau, time = s.tau, s.time
     h = min(max(hint // q, 1), P)
-    step = 1
-    if s.ok(h * q):                # safe up to h: gallop up
-        lo = h
-        while True:
-            if lo == P:
+    th = time(h * q)
+    if th <= tau:                  # safe at h: find an unsafe multiple above it
+        if h == P:
+            return P * q
+        lo, tlo, x, step = h, th, h + 1, 1
+        tx = time(x * q)
+        while tx <= tau:
+            if x == P:
                 return P * q
-            x = min(lo + step, P)
-            if not s.ok(x * q):
-                hi = x
-                break
-            lo, step = x, 2 * step
-    else:                          # unsafe from h: gallop down
-        hi = h
-        while True:
-            x = hi - step
-            if x <= 1:
-                if not s.ok(q):
-                    return 0
-                lo = 1
-                break
-            if s.ok(x * q):
-                lo = x
-                break
-            hi, step = x, 2 * step
-    return _bisect(s, lo, hi, q)
+            # the first multiple past the line's crossing of τ
+            nxt = x + 1 + int((tau - tx) * (x - lo) / (tx - tlo)) if tx > tlo else P
+            step *= 2
+            lo, tlo = x, tx
+            x = min(P, max(nxt, x + step))
+            tx = time(x * q)
+        hi, thi = x, tx
+    else:                          # unsafe at h: find a safe multiple below it
+        if h == 1:
+            return 0
+        hi, thi, x, step = h, th, h - 1, 1
+        tx = time(x * q)
+        while tx > tau:
+            if x == 1:
+                return 0
+            # the last multiple before the line's crossing of τ
+            nxt = x - 1 - int((tx - tau) * (hi - x) / (thi - tx)) if thi > tx else 1
+            step *= 2
+            hi, thi = x, tx
+            x = max(1, min(nxt, x - step))
+            tx = time(x * q)
+        lo, tlo = x, tx
+    return _narrow(s, lo, tlo, hi, thi, q)
+
+
+def _narrow(s: _Search, lo: int, tlo: float, hi: int, thi: float, q: int) -> int:
+    """The highest safe multiple of q between a safe `lo` and an unsafe `hi` (multiples, with
+    their times): probe where the chord crosses τ, or the middle when the last probe left
+    more than half of the bracket."""
+    tau, time = s.tau, s.time
+    halve = False
+    while hi - lo > 1:
+        if halve:
+            x = (lo + hi) // 2
+        else:
+            x = lo + int((tau - tlo) * (hi - lo) / (thi - tlo))
+            x = lo + 1 if x <= lo else hi - 1 if x >= hi else x
+        width = hi - lo
+        tx = time(x * q)
+        if tx <= tau:
+            lo, tlo = x, tx
+        else:
+            hi, thi = x, tx
+        halve = 2 * (hi - lo) > width
+    return lo * q
 
 
 def _bisect(s: _Search, lo: int, hi: int, q: int) -> int:
