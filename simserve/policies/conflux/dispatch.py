@@ -353,7 +353,9 @@ def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | N
                 Ap: Sequence[int] | None, candidate: Candidate | None, quantum: int,
                 work: float, max_level: int, hints: dict | None):
     """`dispatch` on a prepared decode state (`decode_state`) and Σ prefill work of the
-    chunks already placed: what Alg. 1 calls once per candidate of an iteration."""
+    chunks already placed: what Alg. 1 calls once per candidate of an iteration. The
+    candidate may be anything with a Candidate's `remaining_tokens` and `context_tokens`
+    (the plan hands its PendingPrefill)."""
     key = candidate is not None
     level, s = _search(tau, est, nd, t_d, Ap, work, candidate, quantum, max_level,
                        None if hints is None else hints.get(key, 0))

@@ -187,12 +187,29 @@ class XpInstance(SpRanksEngine):
     def _plan(self, nd: list[int], dctx: list[int], rmax: list[int]) -> list:
         """Alg. 1's chunks for this iteration (`plan.plan_prefills`) over the pending prompts."""
         cfg = self.cfg
-        states = [RankState(n, c, p.num_used, p.num_blocks, m)
-                  for n, c, p, m in zip(nd, dctx, self.pools, rmax)]
         specs, needs, held = self._pending_specs()
         _, chunks = plan_prefills(
-            specs, needs, held, states, [p.num_free for p in self.pools],
+            specs, needs, held, _RankStates(nd, dctx, self.pools, rmax),
+            [p.num_free for p in self.pools],
             self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
             quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
-            max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
+            max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints,
+            decode=(nd, self.est.decode_path(nd, dctx, rmax)))   # dispatch.decode_state's
         return chunks
+
+
+class _RankStates:
+    """The ranks' `RankState`s, made when the plan first places a decode (before that it
+    reads only how many there are; the pools do not change while it plans)."""
+
+    __slots__ = ("_nd", "_dctx", "_pools", "_rmax")
+
+    def __init__(self, nd: list[int], dctx: list[int], pools: list, rmax: list[int]):
+        self._nd, self._dctx, self._pools, self._rmax = nd, dctx, pools, rmax
+
+    def __len__(self) -> int:
+        return len(self._nd)
+
+    def __iter__(self):
+        return (RankState(n, c, p.num_used, p.num_blocks, m)
+                for n, c, p, m in zip(self._nd, self._dctx, self._pools, self._rmax))
