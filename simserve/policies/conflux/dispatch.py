@@ -114,6 +114,14 @@ class _Search:
         k = -(-self.least_level(self.m) // q)
         return min(top, 1 << max(k - 1, 0).bit_length())
 
+    def any_token(self, top: int, q: int) -> bool:
+        """Whether the search's level has room for a token: the level is the highest safe
+        multiple up to P (`last_multiple`), and room() is 0 up to the lowest load, so it has
+        room iff the first multiple above the lowest load is at most P and safe (the time
+        being nondecreasing in the level)."""
+        k = min(self.loads) // q + 1
+        return k <= self.last_multiple(top, q) and self.ok(k * q)
+
     def least_level(self, tokens: int) -> int:
         """The lowest level with room() >= tokens: with the k lowest loads raised to a level
         between the k-th and the next load, room is k·level − (their sum)."""
@@ -203,10 +211,10 @@ def decode_state(est: ConfluxEstimator, ranks: Sequence[RankState]
                                [r.decode_max_ctx for r in ranks])
 
 
-def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
-            ap: Sequence[int] | None, work: float, cand: Candidate | None, quantum: int,
-            max_level: int, hint: int | None) -> tuple[int, _Search]:
-    """(n_tgt, the search's state): `find_level` on a prepared decode state."""
+def _prepare(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+             ap: Sequence[int] | None, work: float, cand: Candidate | None,
+             quantum: int) -> _Search:
+    """A search's state, its inputs checked."""
     if quantum < 1:
         raise ConfigError(f"dispatch: quantum: expected a positive integer, got {quantum!r}")
     if tau <= 0:
@@ -219,24 +227,34 @@ def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
         ap = [int(x) for x in ap]
     if cand is not None and (cand.remaining_tokens < 0 or cand.context_tokens < 0):
         raise ConfigError(f"dispatch: candidate: token counts must be >= 0, got {cand}")
-    s = _Search(tau, est, nd, t_d, ap, work, cand)
-    top = max_level // quantum
+    return _Search(tau, est, nd, t_d, ap, work, cand)
+
+
+def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+            ap: Sequence[int] | None, work: float, cand: Candidate | None, quantum: int,
+            max_level: int, hint: int | None) -> tuple[int, _Search]:
+    """(n_tgt, the search's state): `find_level` on a prepared decode state."""
+    s = _prepare(tau, est, nd, t_d, ap, work, cand, quantum)
+    return _level(s, max_level // quantum, quantum, hint), s
+
+
+def _level(s: _Search, top: int, quantum: int, hint: int | None) -> int:
     if top < 1:
-        return 0, s
+        return 0
     if hint is not None:
-        return _from_hint(s, top, quantum, hint), s
+        return _from_hint(s, top, quantum, hint)
     if not s.ok(quantum):
-        return 0, s
+        return 0
     lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
     while hi is None:
         if s.saturated(lo * quantum) or lo >= top:
-            return min(lo, top) * quantum, s
+            return min(lo, top) * quantum
         nxt = min(2 * lo, top)
         if s.ok(nxt * quantum):
             lo = nxt
         else:
             hi = nxt
-    return _bisect(s, lo, hi, quantum), s
+    return _bisect(s, lo, hi, quantum)
 
 
 def _work(prefills: Sequence[tuple[int, int]]) -> float:
@@ -351,14 +369,19 @@ def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState]
 
 def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
                 Ap: Sequence[int] | None, candidate: Candidate | None, quantum: int,
-                work: float, max_level: int, hints: dict | None):
+                work: float, max_level: int, hints: dict | None, only_if_room: bool = False):
     """`dispatch` on a prepared decode state (`decode_state`) and Σ prefill work of the
     chunks already placed: what Alg. 1 calls once per candidate of an iteration. The
     candidate may be anything with a Candidate's `remaining_tokens` and `context_tokens`
-    (the plan hands its PendingPrefill)."""
+    (the plan hands its PendingPrefill). `only_if_room`: first ask whether the candidate gets
+    any token (`_Search.any_token`, one estimate) and return (0, no split) without searching
+    or touching `hints` when it does not."""
     key = candidate is not None
-    level, s = _search(tau, est, nd, t_d, Ap, work, candidate, quantum, max_level,
-                       None if hints is None else hints.get(key, 0))
+    s = _prepare(tau, est, nd, t_d, Ap, work, candidate, quantum)
+    top = max_level // quantum
+    if only_if_room and key and not s.any_token(top, quantum):
+        return 0, (0,) * len(nd)
+    level = _level(s, top, quantum, None if hints is None else hints.get(key, 0))
     if hints is not None:
         hints[key] = level
     budget = s.room(level)

@@ -62,7 +62,9 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     out: list[Chunk] = []
     for p in order:
         # the prompt is its own candidate (a Candidate's two fields, by the same names)
-        ell, per = dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level, hints)
+        # after the first chunk, a prompt that gets no token is seen from one estimate
+        ell, per = dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level, hints,
+                               only_if_room=bool(out))
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]
