@@ -56,7 +56,10 @@ def waterfill(tokens: int, loads: Sequence[int], level: int) -> tuple[int, ...]:
     if tokens <= 0:
         return tuple(out)
     order = sorted(range(n), key=loads.__getitem__)  # stable: ties keep the lower index
-    cap = sum(max(0, level - loads[r]) for r in order)
+    cap = 0
+    for x in loads:
+        if level > x:
+            cap += level - x
     if tokens > cap:
         raise ValueError(f"waterfill: {tokens} tokens do not fit below level {level} (room {cap})")
     # find the water level w: raise the k lowest ranks together until the tokens run out
@@ -88,7 +91,7 @@ class _Search:
     chunks already placed this iteration."""
 
     __slots__ = ("tau", "est", "cand", "m", "ap", "nd", "loads", "max_load", "work", "t_d",
-                 "_times", "_past")
+                 "_times", "_past", "_R", "_sum_loads", "_min_nd", "_ctx", "_last")
 
     def __init__(self, tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
                  ap: list[int], work: float, cand: Candidate | None):
@@ -97,6 +100,9 @@ class _Search:
         self.ap, self.nd, self.work, self.t_d = ap, nd, work, t_d
         self.loads = [a + d for a, d in zip(ap, nd)]
         self.max_load = max(self.loads)
+        self._R, self._sum_loads, self._min_nd = len(ap), sum(self.loads), min(nd)
+        self._ctx = None if cand is None else cand.context_tokens
+        self._last = None   # (top, q, last_multiple)
         self._times: dict[int, float] = {}
         # (time, extra per rank) of every level whose room exceeds the candidate's tokens:
         # waterfill(m, loads, level) is the same there (the level only caps the pouring, and
@@ -111,8 +117,13 @@ class _Search:
         above the fewest multiples of q with room for m_i, capped at top."""
         if self.m is None:
             return top
+        c = self._last
+        if c is not None and c[0] == top and c[1] == q:
+            return c[2]
         k = -(-self.least_level(self.m) // q)
-        return min(top, 1 << max(k - 1, 0).bit_length())
+        P = min(top, 1 << max(k - 1, 0).bit_length())
+        self._last = (top, q, P)
+        return P
 
     def any_token(self, top: int, q: int) -> bool:
         """Whether the search's level has room for a token: the level is the highest safe
@@ -172,12 +183,18 @@ class _Search:
         if t is not None:
             return t
         m = self.m
-        chunk, max_p = 0, None
-        for a, x in zip(self.ap, self.loads):
-            e = level - x if level > x else 0
-            chunk += e
-            if max_p is None or a + e > max_p:
-                max_p = a + e
+        if level >= self.max_load:
+            # every rank at or below the level: the loop below's integers in closed form,
+            # chunk R·level − Σ loads and max_r a_r + (level − load_r) = level − min_r n_d^r
+            chunk = self._R * level - self._sum_loads
+            max_p = level - self._min_nd
+        else:
+            chunk, max_p = 0, None
+            for a, x in zip(self.ap, self.loads):
+                e = level - x if level > x else 0
+                chunk += e
+                if max_p is None or a + e > max_p:
+                    max_p = a + e
         if m is not None and m < chunk:   # chunk is room(level) here
             t = self._times[level] = self.past(level)[0]
             return t
@@ -188,13 +205,13 @@ class _Search:
         # without a candidate the extra tokens carry no attention work (paper App. E: the
         # reference budget omits the candidate-specific prefill workload)
         if m is not None and chunk > 0:
-            work += prefill_work(chunk, self.cand.context_tokens)
-        t = self._times[level] = self.est.combine(max_tokens, max_p, work, len(self.ap),
-                                                  self.t_d)
+            work += chunk * (self._ctx + (chunk + 1) / 2.0)   # prefill_work(chunk, c_i)
+        t = self._times[level] = self.est.combine(max_tokens, max_p, work, self._R, self.t_d)
         return t
 
     def ok(self, level: int) -> bool:
-        return self.time(level) <= self.tau
+        t = self._times.get(level)
+        return (self.time(level) if t is None else t) <= self.tau
 
     def saturated(self, level: int) -> bool:
         """Past this level the candidate's chunk no longer grows, so neither does the time."""
