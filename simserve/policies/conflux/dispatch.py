@@ -386,13 +386,16 @@ def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState]
 
 def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
                 Ap: Sequence[int] | None, candidate: Candidate | None, quantum: int,
-                work: float, max_level: int, hints: dict | None, only_if_room: bool = False):
+                work: float, max_level: int, hints: dict | None, only_if_room: bool = False,
+                report: dict | None = None):
     """`dispatch` on a prepared decode state (`decode_state`) and Σ prefill work of the
     chunks already placed: what Alg. 1 calls once per candidate of an iteration. The
     candidate may be anything with a Candidate's `remaining_tokens` and `context_tokens`
     (the plan hands its PendingPrefill). `only_if_room`: first ask whether the candidate gets
     any token (`_Search.any_token`, one estimate) and return (0, no split) without searching
-    or touching `hints` when it does not."""
+    or touching `hints` when it does not. `report`: receives under "estimate" the estimated
+    time with the candidate's chunk placed (the search's memo at its level: the split is
+    every rank filled to it, or m_i's, which `past` priced)."""
     key = candidate is not None
     s = _prepare(tau, est, nd, t_d, Ap, work, candidate, quantum)
     top = max_level // quantum
@@ -405,4 +408,6 @@ def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | N
     if candidate is None:
         return budget
     ell = min(candidate.remaining_tokens, budget)
+    if report is not None and ell:
+        report["estimate"] = s.time(level)
     return ell, s.fill(ell, level)

@@ -32,6 +32,7 @@ class XpInstance(SpRanksEngine):
         self._flat: tuple = (None, None)   # (decode lists, _flat_decodes of them)
         self._moves = KvMoves(self.ctx.env)   # KV moves without SimPy processes
         self._channels: dict = {}  # decode rank -> the NVLink channels a move to it uses
+        self._report: dict = {}    # the plan's estimate of its iteration (`plan_prefills`)
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -149,8 +150,7 @@ class XpInstance(SpRanksEngine):
             n_p, nd, dctx, [ch.tokens for ch in chunks], [ch.context for ch in chunks],
             max(nd) + len(finishing), rmax)
         if self.tracker is not None:  # the estimate this dispatch planned against
-            self.tracker.add(dt, self.est.iteration_time(
-                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], rmax))
+            self.tracker.add(dt, self._report["estimate"])
         dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
@@ -165,10 +165,10 @@ class XpInstance(SpRanksEngine):
         ids = self.pending
         ttft = self.cfg.ttft_ms * 1e-3
         if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
-            comp = [int(t.computed[i]) for i in ids]
-            rem = [int(t.num_tokens[i]) - c for i, c in zip(ids, comp)]
-            needs = [bool(t.generated[i] + 1 < t.output[i]) for i in ids]
-            held = [int(self.shard[i]) for i in ids]
+            comp = [t.computed.item(i) for i in ids]
+            rem = [t.num_tokens.item(i) - c for i, c in zip(ids, comp)]
+            needs = [t.generated.item(i) + 1 < t.output.item(i) for i in ids]
+            held = [self.shard.item(i) for i in ids]
         else:
             pend = np.asarray(ids, dtype=np.int64)
             comp = t.computed[pend].tolist()
@@ -179,7 +179,7 @@ class XpInstance(SpRanksEngine):
         for i, m, c in zip(ids, rem, comp):
             p = cache.get(i)
             if p is None or p.remaining_tokens != m or p.context_tokens != c:
-                a = float(t.arrival[i])
+                a = t.arrival.item(i)
                 p = cache[i] = PendingPrefill(int(i), a, a + ttft, m, c)
             specs.append(p)
         return specs, needs, held
@@ -194,7 +194,8 @@ class XpInstance(SpRanksEngine):
             self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
             quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
             max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints,
-            decode=(nd, self.est.decode_path(nd, dctx, rmax)))   # dispatch.decode_state's
+            decode=(nd, self.est.decode_path(nd, dctx, rmax)),   # dispatch.decode_state's
+            report=self._report)
         return chunks
 
 

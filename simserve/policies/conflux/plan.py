@@ -33,13 +33,16 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
                   quantum: int, eta: float, headroom: float, block_size: int,
                   max_level: int, margin: float = 0.0, hints: dict | None = None,
-                  decode: tuple | None = None) -> tuple[int, list[Chunk]]:
+                  decode: tuple | None = None, report: dict | None = None
+                  ) -> tuple[int, list[Chunk]]:
     """(B0, accepted chunks in scheduling order; B0 None where admission did not need it).
     `needs_decode[k]`: pending[k] decodes after its first (next) token; `held_shard[k]`: shard
     blocks it already holds per rank; `free`: free blocks per rank after this iteration's
     decode growth; `hints`: see `dispatch`; `decode`: `decode_state(est, ranks)` when the
-    caller has it (`ranks` is then read only to place a decode). Dispatch keeps the estimate
-    within τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
+    caller has it (`ranks` is then read only to place a decode); `report`: receives under
+    "estimate" the estimator's time of the planned iteration (`est.iteration_time` of the
+    chunks: the last accepted dispatch's, `dispatch_on`). Dispatch keeps the estimate within
+    τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
     R = len(ranks)
     ap = [0] * R
     tau_d = tau * (1.0 - margin)
@@ -60,11 +63,12 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     tentative = None  # the rank states with this iteration's placements, once one is made
     work = 0   # Σ prefill work of the chunks placed so far, summed in their order
     out: list[Chunk] = []
+    seen = None if report is None else {}
     for p in order:
         # the prompt is its own candidate (a Candidate's two fields, by the same names)
         # after the first chunk, a prompt that gets no token is seen from one estimate
         ell, per = dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level, hints,
-                               only_if_room=bool(out))
+                               only_if_room=bool(out), report=seen)
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]
@@ -93,4 +97,6 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         ap = [a + x for a, x in zip(ap, per)]
         work += prefill_work(ell, p.context_tokens)
         out.append(Chunk(p.req_id, ell, p.context_tokens, tuple(per), finishes, g, new, dest))
+        if report is not None:
+            report["estimate"] = seen["estimate"]
     return b0, out
