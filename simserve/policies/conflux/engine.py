@@ -155,6 +155,21 @@ class XpInstance(SpRanksEngine):
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
 
+    def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
+        """`SpRanksEngine._apply`, its emit given the decodes' own array when no prompt
+        samples its first token (the same ids in the same order; no array of none built and
+        joined to them, most iterations)."""
+        if finishing:
+            return super()._apply(dec_ids, chunks, finishing)
+        t = self.ctx.table
+        t.computed[dec_ids] += 1
+        for ch in chunks:
+            t.computed[ch.req_id] += ch.tokens
+        done = t.emit(dec_ids, self.clock)
+        if len(done):
+            self._finish(done)
+        self._sample()
+
     def _pending_specs(self) -> tuple[list[PendingPrefill], list[bool], list[int]]:
         """The pending prompts as Alg. 1 sees them, whether each decodes after its next token,
         and the shard blocks each holds. A prompt's spec is kept while its tokens in KV and to
