@@ -170,6 +170,24 @@ class XpInstance(SpRanksEngine):
             self._finish(done)
         self._sample()
 
+    def _finish(self, done: np.ndarray) -> None:
+        """`SpRanksEngine._finish`, filtering only the decode lists of the finished requests'
+        ranks (a request in `decodes[r]` has rank_of r; one without a rank never decoded)."""
+        t, pools, rank_of = self.ctx.table, self.pools, self.rank_of
+        touched = set()
+        for rid in done.tolist():
+            g = rank_of.item(rid)
+            if g >= 0:
+                pools[g].free(t.blocks.item(rid))
+                t.blocks[rid] = 0
+                rank_of[rid] = -1
+                touched.add(g)
+            self._free_shard(rid)  # a prompt that ended at its first token
+        if touched:
+            gone = set(done.tolist())
+            for r in sorted(touched):
+                self.decodes[r] = [i for i in self.decodes[r] if i not in gone]
+
     def _pending_specs(self) -> tuple[list[PendingPrefill], list[bool], list[int]]:
         """The pending prompts as Alg. 1 sees them, whether each decodes after its next token,
         and the shard blocks each holds. A prompt's spec is kept while its tokens in KV and to
