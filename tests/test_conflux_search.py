@@ -12,7 +12,8 @@ import simserve.cost.sp as cs
 from simserve.cost.sp import SpCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
-from simserve.policies.conflux.dispatch import Candidate, RankState, dispatch, find_level
+from simserve.policies.conflux.dispatch import (Candidate, RankState, _Search, decode_state,
+                                                dispatch, dispatch_on, find_level)
 from simserve.policies.conflux.estimator import ConfluxEstimator
 from simserve.run import simulate_point
 from tests.helpers import workload
@@ -39,6 +40,40 @@ def test_search_from_any_hint_finds_the_same_level(ranks, data, tau, q, cand, hi
     assert dispatch(tau, H100ISH, ranks, ap, cand, q, prefills, top, hints=hints) == \
         dispatch(tau, H100ISH, ranks, ap, cand, q, prefills, top)
     assert hints[cand is not None] == ref
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=6), st.integers(0, 40000),
+       st.sampled_from([1, 16, 64]), st.integers(1, 1 << 12))
+def test_the_search_s_last_multiple_is_the_doubling_s(loads, m, q, top):
+    """`_Search.last_multiple` in closed form is the first of 1, 2, 4, … (or top) whose level
+    has room for the candidate, as the doubling finds it; `least_level` the lowest such."""
+    s = _Search(0.1, H100ISH, [0] * len(loads), None, loads, 0.0, Candidate(m, 0))
+    P = 1
+    while not (P >= top or s.room(P * q) >= m):
+        P = min(2 * P, top)
+    assert s.last_multiple(top, q) == P
+    low = s.least_level(m)
+    assert s.room(low) >= m and (m == 0 or s.room(low - 1) < m)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rank_states, st.data(), st.floats(0.002, 0.2), st.sampled_from([1, 16, 64]),
+       st.builds(Candidate, st.integers(1, 20000), st.integers(0, 30000)),
+       st.integers(0, 1 << 16), st.sampled_from([1 << 10, 1 << 14, 1 << 20]))
+def test_a_candidate_without_room_is_told_from_one_estimate(ranks, data, tau, q, cand, hint,
+                                                            top):
+    """`dispatch_on(..., only_if_room=True)`: the search's answer, its hints left alone when
+    the candidate gets no token."""
+    n = len(ranks)
+    ap = data.draw(st.lists(st.integers(0, 3000), min_size=n, max_size=n))
+    nd, t_d = decode_state(H100ISH, ranks)
+    work = float(sum(ap)) * 700
+    h1, h2 = {True: hint}, {True: hint}
+    want = dispatch_on(tau, H100ISH, nd, t_d, ap, cand, q, work, top, h1)
+    assert dispatch_on(tau, H100ISH, nd, t_d, ap, cand, q, work, top, h2,
+                       only_if_room=True) == want
+    assert h2 == (h1 if want[0] else {True: hint})
 
 
 def test_cached_decode_attention_gives_the_cost_model_s_floats():

@@ -233,6 +233,36 @@ def test_plan_is_alg_1_as_first_written(pend, ranks, admission, tau, reps):
                  c.dest_blocks) for c in got] == want
 
 
+@SOME
+@given(st.lists(st.tuples(st.integers(1, 20000), st.integers(0, 9000), st.floats(0.0, 3.0),
+                          st.booleans()), min_size=1, max_size=5),
+       st.lists(st.tuples(st.integers(0, 60), st.integers(0, 8000), st.integers(0, 4000)),
+                min_size=4, max_size=4),
+       st.sampled_from(["moore_hodgson", "fcfs"]), st.floats(0.03, 0.3), st.booleans(),
+       st.booleans())
+def test_the_plan_reports_the_estimate_of_its_iteration(pend, ranks, admission, tau, literal,
+                                                        overlap):
+    """What the engine's tracker records: the plan's own estimate is `iteration_time` of the
+    chunks it returns (the searches' memo, not a second estimate)."""
+    est = dataclasses.replace(EST, literal=literal, overlap=overlap)
+    pending = [PendingPrefill(i, a, a + 2.0, m, c) for i, (m, c, a, _) in enumerate(pend)]
+    needs = [nd for _, _, _, nd in pend]
+    held = [shard_blocks(c, 16, 4) for _, c, _, _ in pend]
+    states = [RankState(n, n * c + n, u, 6000, c + 1 if n else 0) for n, c, u in ranks]
+    free = [6000 - u for _, _, u in ranks]
+    report: dict = {}
+    _, got = plan_prefills(pending, needs, held, states, free, est, tau, 1.0,
+                           admission=admission, quantum=16, eta=0.8, headroom=0.05,
+                           block_size=16, max_level=8192, hints={}, report=report)
+    if not got:
+        assert report == {}
+        return
+    n_p = [sum(c.per_rank[r] for c in got) for r in range(4)]
+    assert report["estimate"] == est.iteration_time(
+        n_p, [s.num_decodes for s in states], [s.decode_ctx_tokens for s in states],
+        [(c.tokens, c.context) for c in got], [s.decode_max_ctx for s in states])
+
+
 # -- the engine -----------------------------------------------------------------------------
 def _run(w, **kw):
     return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **kw)

@@ -56,7 +56,10 @@ def waterfill(tokens: int, loads: Sequence[int], level: int) -> tuple[int, ...]:
     if tokens <= 0:
         return tuple(out)
     order = sorted(range(n), key=loads.__getitem__)  # stable: ties keep the lower index
-    cap = sum(max(0, level - loads[r]) for r in order)
+    cap = 0
+    for x in loads:
+        if level > x:
+            cap += level - x
     if tokens > cap:
         raise ValueError(f"waterfill: {tokens} tokens do not fit below level {level} (room {cap})")
     # find the water level w: raise the k lowest ranks together until the tokens run out
@@ -88,7 +91,7 @@ class _Search:
     chunks already placed this iteration."""
 
     __slots__ = ("tau", "est", "cand", "m", "ap", "nd", "loads", "max_load", "work", "t_d",
-                 "_times", "_past")
+                 "_times", "_past", "_R", "_sum_loads", "_min_nd", "_ctx", "_last")
 
     def __init__(self, tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
                  ap: list[int], work: float, cand: Candidate | None):
@@ -97,12 +100,52 @@ class _Search:
         self.ap, self.nd, self.work, self.t_d = ap, nd, work, t_d
         self.loads = [a + d for a, d in zip(ap, nd)]
         self.max_load = max(self.loads)
+        self._R, self._sum_loads, self._min_nd = len(ap), sum(self.loads), min(nd)
+        self._ctx = None if cand is None else cand.context_tokens
+        self._last = None   # (top, q, last_multiple)
         self._times: dict[int, float] = {}
         # (time, extra per rank) of every level whose room exceeds the candidate's tokens:
         # waterfill(m, loads, level) is the same there (the level only caps the pouring, and
         # m fits below any such level; tests/test_conflux_speed.py), so one evaluation serves
         # them all
         self._past: tuple[float, tuple[int, ...]] | None = None
+
+    def last_multiple(self, top: int, q: int) -> int:
+        """P: the first of 1, 2, 4, … (top where the doubling reaches it) whose level has room
+        for the candidate's m_i tokens, past which its chunk and so the time stop growing; top
+        without a candidate. room() being nondecreasing, P is the first power of two at or
+        above the fewest multiples of q with room for m_i, capped at top."""
+        if self.m is None:
+            return top
+        c = self._last
+        if c is not None and c[0] == top and c[1] == q:
+            return c[2]
+        k = -(-self.least_level(self.m) // q)
+        P = min(top, 1 << max(k - 1, 0).bit_length())
+        self._last = (top, q, P)
+        return P
+
+    def any_token(self, top: int, q: int) -> bool:
+        """Whether the search's level has room for a token: the level is the highest safe
+        multiple up to P (`last_multiple`), and room() is 0 up to the lowest load, so it has
+        room iff the first multiple above the lowest load is at most P and safe (the time
+        being nondecreasing in the level)."""
+        k = min(self.loads) // q + 1
+        return k <= self.last_multiple(top, q) and self.ok(k * q)
+
+    def least_level(self, tokens: int) -> int:
+        """The lowest level with room() >= tokens: with the k lowest loads raised to a level
+        between the k-th and the next load, room is k·level − (their sum)."""
+        if tokens <= 0:
+            return 0
+        xs = sorted(self.loads)
+        s, n = 0, len(xs)
+        for k in range(1, n + 1):
+            s += xs[k - 1]
+            level = -(-(tokens + s) // k)
+            if k == n or level <= xs[k]:
+                return level
+        raise AssertionError("unreachable")
 
     def room(self, level: int) -> int:
         """B(level): tokens that fit below `level` on top of the current loads."""
@@ -140,12 +183,18 @@ class _Search:
         if t is not None:
             return t
         m = self.m
-        chunk, max_p = 0, None
-        for a, x in zip(self.ap, self.loads):
-            e = level - x if level > x else 0
-            chunk += e
-            if max_p is None or a + e > max_p:
-                max_p = a + e
+        if level >= self.max_load:
+            # every rank at or below the level: the loop below's integers in closed form,
+            # chunk R·level − Σ loads and max_r a_r + (level − load_r) = level − min_r n_d^r
+            chunk = self._R * level - self._sum_loads
+            max_p = level - self._min_nd
+        else:
+            chunk, max_p = 0, None
+            for a, x in zip(self.ap, self.loads):
+                e = level - x if level > x else 0
+                chunk += e
+                if max_p is None or a + e > max_p:
+                    max_p = a + e
         if m is not None and m < chunk:   # chunk is room(level) here
             t = self._times[level] = self.past(level)[0]
             return t
@@ -156,13 +205,13 @@ class _Search:
         # without a candidate the extra tokens carry no attention work (paper App. E: the
         # reference budget omits the candidate-specific prefill workload)
         if m is not None and chunk > 0:
-            work += prefill_work(chunk, self.cand.context_tokens)
-        t = self._times[level] = self.est.combine(max_tokens, max_p, work, len(self.ap),
-                                                  self.t_d)
+            work += chunk * (self._ctx + (chunk + 1) / 2.0)   # prefill_work(chunk, c_i)
+        t = self._times[level] = self.est.combine(max_tokens, max_p, work, self._R, self.t_d)
         return t
 
     def ok(self, level: int) -> bool:
-        return self.time(level) <= self.tau
+        t = self._times.get(level)
+        return (self.time(level) if t is None else t) <= self.tau
 
     def saturated(self, level: int) -> bool:
         """Past this level the candidate's chunk no longer grows, so neither does the time."""
@@ -179,10 +228,10 @@ def decode_state(est: ConfluxEstimator, ranks: Sequence[RankState]
                                [r.decode_max_ctx for r in ranks])
 
 
-def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
-            ap: Sequence[int] | None, work: float, cand: Candidate | None, quantum: int,
-            max_level: int, hint: int | None) -> tuple[int, _Search]:
-    """(n_tgt, the search's state): `find_level` on a prepared decode state."""
+def _prepare(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+             ap: Sequence[int] | None, work: float, cand: Candidate | None,
+             quantum: int) -> _Search:
+    """A search's state, its inputs checked."""
     if quantum < 1:
         raise ConfigError(f"dispatch: quantum: expected a positive integer, got {quantum!r}")
     if tau <= 0:
@@ -195,24 +244,34 @@ def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
         ap = [int(x) for x in ap]
     if cand is not None and (cand.remaining_tokens < 0 or cand.context_tokens < 0):
         raise ConfigError(f"dispatch: candidate: token counts must be >= 0, got {cand}")
-    s = _Search(tau, est, nd, t_d, ap, work, cand)
-    top = max_level // quantum
+    return _Search(tau, est, nd, t_d, ap, work, cand)
+
+
+def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+            ap: Sequence[int] | None, work: float, cand: Candidate | None, quantum: int,
+            max_level: int, hint: int | None) -> tuple[int, _Search]:
+    """(n_tgt, the search's state): `find_level` on a prepared decode state."""
+    s = _prepare(tau, est, nd, t_d, ap, work, cand, quantum)
+    return _level(s, max_level // quantum, quantum, hint), s
+
+
+def _level(s: _Search, top: int, quantum: int, hint: int | None) -> int:
     if top < 1:
-        return 0, s
+        return 0
     if hint is not None:
-        return _from_hint(s, top, quantum, hint), s
+        return _from_hint(s, top, quantum, hint)
     if not s.ok(quantum):
-        return 0, s
+        return 0
     lo, hi = 1, None               # lo: known safe multiple; hi: known unsafe multiple
     while hi is None:
         if s.saturated(lo * quantum) or lo >= top:
-            return min(lo, top) * quantum, s
+            return min(lo, top) * quantum
         nxt = min(2 * lo, top)
         if s.ok(nxt * quantum):
             lo = nxt
         else:
             hi = nxt
-    return _bisect(s, lo, hi, quantum), s
+    return _bisect(s, lo, hi, quantum)
 
 
 def _work(prefills: Sequence[tuple[int, int]]) -> float:
@@ -236,44 +295,69 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
 
 
 def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
-    """`find_level`'s answer by galloping from `hint` (multiples of q). The doubling stops at
-    the first of 1, 2, 4, …, top that is saturated or top, P, and returns it if its level and
-    all before it are safe; else the bisection returns the highest safe multiple below the
-    first unsafe one. The time being nondecreasing in the level, both are "the highest safe
-    multiple up to P", which any bracketing finds (0 if even 1 is unsafe)."""
-    P = 1
-    m = s.m
-    if m is None:
-        P = top
-    else:
-        while not (P >= top or s.room(P * q) >= m):
-            P = min(2 * P, top)
+    """`find_level`'s answer searched from `hint` (multiples of q): the highest safe multiple
+    up to P (`_Search.last_multiple`), 0 if even 1 is unsafe. The time being nondecreasing in
+    the level, any bracketing of where it crosses τ finds it; the probes here follow the
+    times: the hint, its neighbour, then where the line through the last two times crosses τ
+    (steps at least doubling on the way out), then `_narrow`. An exact hint costs two
+    estimates."""
+    P = s.last_multiple(top, q)
+    tau, time = s.tau, s.time
     h = min(max(hint // q, 1), P)
-    step = 1
-    if s.ok(h * q):                # safe up to h: gallop up
-        lo = h
-        while True:
-            if lo == P:
+    th = time(h * q)
+    if th <= tau:                  # safe at h: find an unsafe multiple above it
+        if h == P:
+            return P * q
+        lo, tlo, x, step = h, th, h + 1, 1
+        tx = time(x * q)
+        while tx <= tau:
+            if x == P:
                 return P * q
-            x = min(lo + step, P)
-            if not s.ok(x * q):
-                hi = x
-                break
-            lo, step = x, 2 * step
-    else:                          # unsafe from h: gallop down
-        hi = h
-        while True:
-            x = hi - step
-            if x <= 1:
-                if not s.ok(q):
-                    return 0
-                lo = 1
-                break
-            if s.ok(x * q):
-                lo = x
-                break
-            hi, step = x, 2 * step
-    return _bisect(s, lo, hi, q)
+            # the first multiple past the line's crossing of τ
+            nxt = x + 1 + int((tau - tx) * (x - lo) / (tx - tlo)) if tx > tlo else P
+            step *= 2
+            lo, tlo = x, tx
+            x = min(P, max(nxt, x + step))
+            tx = time(x * q)
+        hi, thi = x, tx
+    else:                          # unsafe at h: find a safe multiple below it
+        if h == 1:
+            return 0
+        hi, thi, x, step = h, th, h - 1, 1
+        tx = time(x * q)
+        while tx > tau:
+            if x == 1:
+                return 0
+            # the last multiple before the line's crossing of τ
+            nxt = x - 1 - int((tx - tau) * (hi - x) / (thi - tx)) if thi > tx else 1
+            step *= 2
+            hi, thi = x, tx
+            x = max(1, min(nxt, x - step))
+            tx = time(x * q)
+        lo, tlo = x, tx
+    return _narrow(s, lo, tlo, hi, thi, q)
+
+
+def _narrow(s: _Search, lo: int, tlo: float, hi: int, thi: float, q: int) -> int:
+    """The highest safe multiple of q between a safe `lo` and an unsafe `hi` (multiples, with
+    their times): probe where the chord crosses τ, or the middle when the last probe left
+    more than half of the bracket."""
+    tau, time = s.tau, s.time
+    halve = False
+    while hi - lo > 1:
+        if halve:
+            x = (lo + hi) // 2
+        else:
+            x = lo + int((tau - tlo) * (hi - lo) / (thi - tlo))
+            x = lo + 1 if x <= lo else hi - 1 if x >= hi else x
+        width = hi - lo
+        tx = time(x * q)
+        if tx <= tau:
+            lo, tlo = x, tx
+        else:
+            hi, thi = x, tx
+        halve = 2 * (hi - lo) > width
+    return lo * q
 
 
 def _bisect(s: _Search, lo: int, hi: int, q: int) -> int:
@@ -302,16 +386,28 @@ def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState]
 
 def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
                 Ap: Sequence[int] | None, candidate: Candidate | None, quantum: int,
-                work: float, max_level: int, hints: dict | None):
+                work: float, max_level: int, hints: dict | None, only_if_room: bool = False,
+                report: dict | None = None):
     """`dispatch` on a prepared decode state (`decode_state`) and Σ prefill work of the
-    chunks already placed: what Alg. 1 calls once per candidate of an iteration."""
+    chunks already placed: what Alg. 1 calls once per candidate of an iteration. The
+    candidate may be anything with a Candidate's `remaining_tokens` and `context_tokens`
+    (the plan hands its PendingPrefill). `only_if_room`: first ask whether the candidate gets
+    any token (`_Search.any_token`, one estimate) and return (0, no split) without searching
+    or touching `hints` when it does not. `report`: receives under "estimate" the estimated
+    time with the candidate's chunk placed (the search's memo at its level: the split is
+    every rank filled to it, or m_i's, which `past` priced)."""
     key = candidate is not None
-    level, s = _search(tau, est, nd, t_d, Ap, work, candidate, quantum, max_level,
-                       None if hints is None else hints.get(key, 0))
+    s = _prepare(tau, est, nd, t_d, Ap, work, candidate, quantum)
+    top = max_level // quantum
+    if only_if_room and key and not s.any_token(top, quantum):
+        return 0, (0,) * len(nd)
+    level = _level(s, top, quantum, None if hints is None else hints.get(key, 0))
     if hints is not None:
         hints[key] = level
     budget = s.room(level)
     if candidate is None:
         return budget
     ell = min(candidate.remaining_tokens, budget)
+    if report is not None and ell:
+        report["estimate"] = s.time(level)
     return ell, s.fill(ell, level)

@@ -11,6 +11,7 @@ import numpy as np
 
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
+from simserve.policies.conflux.kv_moves import KvMoves
 from simserve.policies.conflux.leap import leap_instance
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_leap import flat_decodes
@@ -29,6 +30,9 @@ class XpInstance(SpRanksEngine):
         self._hints: dict = {}    # the last water levels found (searches start there)
         self._specs: dict = {}    # req_id -> its PendingPrefill while it stays as it was
         self._flat: tuple = (None, None)   # (decode lists, _flat_decodes of them)
+        self._moves = KvMoves(self.ctx.env)   # KV moves without SimPy processes
+        self._channels: dict = {}  # decode rank -> the NVLink channels a move to it uses
+        self._report: dict = {}    # the plan's estimate of its iteration (`plan_prefills`)
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -41,6 +45,35 @@ class XpInstance(SpRanksEngine):
 
     def _leap(self) -> int:
         return leap_instance(self)
+
+    def _start_transfer(self, rid: int, g: int, tokens: int) -> None:
+        """`SpRanksEngine._start_transfer`'s transfers booked in closed form (`kv_moves`: the
+        same ends and landing); with a trace (which draws each transfer as it ends) or a
+        single rank, the processes."""
+        if self.ctx.recorder.trace is not None or self.R == 1:
+            return super()._start_transfer(rid, g, tokens)
+        chs = self._channels.get(g)
+        if chs is None:
+            cl = self.ctx.cluster
+            chs = self._channels[g] = [
+                cl.nvlink_channel(src, dst) for r in range(self.R) if r != g
+                for src, dst in zip(self.rank_gpus[r], self.rank_gpus[g])]
+        ev = self._moves.start(chs, self.cost.shard_transfer_bytes(tokens))
+        self.moving.append((ev, rid, g))
+        self.counts["num_kv_transfers"] += 1
+
+    def _land(self) -> None:
+        """`SpRanksEngine._land` with `kv_moves`' landing rule for closed-form moves."""
+        if not self.moving:
+            return
+        keep, landed = [], self._moves.landed
+        for ev, rid, g in self.moving:
+            if landed(ev):  # the decode rank keeps its shard blocks (now in t.blocks)
+                self._free_shard(rid, keep=g)
+                self.decodes[g].append(rid)
+            else:
+                keep.append((ev, rid, g))
+        self.moving = keep
 
     def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
         """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
@@ -117,11 +150,43 @@ class XpInstance(SpRanksEngine):
             n_p, nd, dctx, [ch.tokens for ch in chunks], [ch.context for ch in chunks],
             max(nd) + len(finishing), rmax)
         if self.tracker is not None:  # the estimate this dispatch planned against
-            self.tracker.add(dt, self.est.iteration_time(
-                n_p, nd, dctx, [(ch.tokens, ch.context) for ch in chunks], rmax))
+            self.tracker.add(dt, self._report["estimate"])
         dec_ids = self._flat_decodes()[0]  # the decodes, as `_apply` wants them
         self.last_prefill_per_rank = n_p   # for a trace's per-rank events
         return dt, lambda: self._apply(dec_ids, chunks, finishing)
+
+    def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
+        """`SpRanksEngine._apply`, its emit given the decodes' own array when no prompt
+        samples its first token (the same ids in the same order; no array of none built and
+        joined to them, most iterations)."""
+        if finishing:
+            return super()._apply(dec_ids, chunks, finishing)
+        t = self.ctx.table
+        t.computed[dec_ids] += 1
+        for ch in chunks:
+            t.computed[ch.req_id] += ch.tokens
+        done = t.emit(dec_ids, self.clock)
+        if len(done):
+            self._finish(done)
+        self._sample()
+
+    def _finish(self, done: np.ndarray) -> None:
+        """`SpRanksEngine._finish`, filtering only the decode lists of the finished requests'
+        ranks (a request in `decodes[r]` has rank_of r; one without a rank never decoded)."""
+        t, pools, rank_of = self.ctx.table, self.pools, self.rank_of
+        touched = set()
+        for rid in done.tolist():
+            g = rank_of.item(rid)
+            if g >= 0:
+                pools[g].free(t.blocks.item(rid))
+                t.blocks[rid] = 0
+                rank_of[rid] = -1
+                touched.add(g)
+            self._free_shard(rid)  # a prompt that ended at its first token
+        if touched:
+            gone = set(done.tolist())
+            for r in sorted(touched):
+                self.decodes[r] = [i for i in self.decodes[r] if i not in gone]
 
     def _pending_specs(self) -> tuple[list[PendingPrefill], list[bool], list[int]]:
         """The pending prompts as Alg. 1 sees them, whether each decodes after its next token,
@@ -133,10 +198,10 @@ class XpInstance(SpRanksEngine):
         ids = self.pending
         ttft = self.cfg.ttft_ms * 1e-3
         if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
-            comp = [int(t.computed[i]) for i in ids]
-            rem = [int(t.num_tokens[i]) - c for i, c in zip(ids, comp)]
-            needs = [bool(t.generated[i] + 1 < t.output[i]) for i in ids]
-            held = [int(self.shard[i]) for i in ids]
+            comp = [t.computed.item(i) for i in ids]
+            rem = [t.num_tokens.item(i) - c for i, c in zip(ids, comp)]
+            needs = [t.generated.item(i) + 1 < t.output.item(i) for i in ids]
+            held = [self.shard.item(i) for i in ids]
         else:
             pend = np.asarray(ids, dtype=np.int64)
             comp = t.computed[pend].tolist()
@@ -147,7 +212,7 @@ class XpInstance(SpRanksEngine):
         for i, m, c in zip(ids, rem, comp):
             p = cache.get(i)
             if p is None or p.remaining_tokens != m or p.context_tokens != c:
-                a = float(t.arrival[i])
+                a = t.arrival.item(i)
                 p = cache[i] = PendingPrefill(int(i), a, a + ttft, m, c)
             specs.append(p)
         return specs, needs, held
@@ -155,12 +220,30 @@ class XpInstance(SpRanksEngine):
     def _plan(self, nd: list[int], dctx: list[int], rmax: list[int]) -> list:
         """Alg. 1's chunks for this iteration (`plan.plan_prefills`) over the pending prompts."""
         cfg = self.cfg
-        states = [RankState(n, c, p.num_used, p.num_blocks, m)
-                  for n, c, p, m in zip(nd, dctx, self.pools, rmax)]
         specs, needs, held = self._pending_specs()
         _, chunks = plan_prefills(
-            specs, needs, held, states, [p.num_free for p in self.pools],
+            specs, needs, held, _RankStates(nd, dctx, self.pools, rmax),
+            [p.num_free for p in self.pools],
             self.est, cfg.tbt_ms * 1e-3, self.clock, admission=_ADMISSION[cfg.scheduler],
             quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
-            max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints)
+            max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints,
+            decode=(nd, self.est.decode_path(nd, dctx, rmax)),   # dispatch.decode_state's
+            report=self._report)
         return chunks
+
+
+class _RankStates:
+    """The ranks' `RankState`s, made when the plan first places a decode (before that it
+    reads only how many there are; the pools do not change while it plans)."""
+
+    __slots__ = ("_nd", "_dctx", "_pools", "_rmax")
+
+    def __init__(self, nd: list[int], dctx: list[int], pools: list, rmax: list[int]):
+        self._nd, self._dctx, self._pools, self._rmax = nd, dctx, pools, rmax
+
+    def __len__(self) -> int:
+        return len(self._nd)
+
+    def __iter__(self):
+        return (RankState(n, c, p.num_used, p.num_blocks, m)
+                for n, c, p, m in zip(self._nd, self._dctx, self._pools, self._rmax))

@@ -8,18 +8,16 @@ needs no decode rank.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
-from simserve.policies.conflux.dispatch import Candidate, RankState, decode_state, dispatch_on
+from simserve.policies.conflux.dispatch import RankState, decode_state, dispatch_on
 from simserve.policies.conflux.estimator import ConfluxEstimator, prefill_work
 from simserve.policies.conflux.placement import place_decode
 from simserve.policies.sp_ranks import blocks_for, shard_blocks
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(NamedTuple):  # (a tuple: made once per chunk an iteration, in the loop's hot path)
     req_id: int
     tokens: int            # ℓ_i
     context: int           # c_i
@@ -34,16 +32,22 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   held_shard: Sequence[int], ranks: Sequence[RankState], free: Sequence[int],
                   est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
                   quantum: int, eta: float, headroom: float, block_size: int,
-                  max_level: int, margin: float = 0.0, hints: dict | None = None
+                  max_level: int, margin: float = 0.0, hints: dict | None = None,
+                  decode: tuple | None = None, report: dict | None = None
                   ) -> tuple[int, list[Chunk]]:
-    """(B0, accepted chunks in scheduling order; B0 None where admission did not need it). `needs_decode[k]`: pending[k] decodes after its
-    first (next) token; `held_shard[k]`: shard blocks it already holds per rank; `free`: free
-    blocks per rank after this iteration's decode growth; `hints`: see `dispatch`. Dispatch
-    keeps the estimate within τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
+    """(B0, accepted chunks in scheduling order; B0 None where admission did not need it).
+    `needs_decode[k]`: pending[k] decodes after its first (next) token; `held_shard[k]`: shard
+    blocks it already holds per rank; `free`: free blocks per rank after this iteration's
+    decode growth; `hints`: see `dispatch`; `decode`: `decode_state(est, ranks)` when the
+    caller has it (`ranks` is then read only to place a decode); `report`: receives under
+    "estimate" the estimator's time of the planned iteration (`est.iteration_time` of the
+    chunks: the last accepted dispatch's, `dispatch_on`). Dispatch keeps the estimate within
+    τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
     R = len(ranks)
     ap = [0] * R
     tau_d = tau * (1.0 - margin)
-    nd, t_d = decode_state(est, ranks)  # the same for every dispatch of this iteration
+    # the same for every dispatch of this iteration
+    nd, t_d = decode_state(est, ranks) if decode is None else decode
     # B0 orders the prompts only through Moore–Hodgson's drops, and one prompt is in the same
     # place whether admitted or dropped: then (and under FCFS) it is not searched for
     b0 = None
@@ -56,13 +60,15 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         order = admitted + rejected
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
-    tentative = list(ranks)
+    tentative = None  # the rank states with this iteration's placements, once one is made
     work = 0   # Σ prefill work of the chunks placed so far, summed in their order
     out: list[Chunk] = []
+    seen = None if report is None else {}
     for p in order:
-        ell, per = dispatch_on(tau_d, est, nd, t_d, ap,
-                               Candidate(p.remaining_tokens, p.context_tokens), quantum, work,
-                               max_level, hints)
+        # the prompt is its own candidate (a Candidate's two fields, by the same names)
+        # after the first chunk, a prompt that gets no token is seen from one estimate
+        ell, per = dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level, hints,
+                               only_if_room=bool(out), report=seen)
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]
@@ -77,6 +83,8 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             # the decode rank's own shard blocks become part of the request's KV (aliasing, §7)
             dest = max(0, full - held_shard[k] - new)
             # its held shard is already counted as used on every rank: ask for the rest
+            if tentative is None:
+                tentative = list(ranks)
             g = place_decode(full - held_shard[k], tentative, eta, headroom)
             if g is None or free[g] < new + dest:
                 break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
@@ -89,4 +97,6 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         ap = [a + x for a, x in zip(ap, per)]
         work += prefill_work(ell, p.context_tokens)
         out.append(Chunk(p.req_id, ell, p.context_tokens, tuple(per), finishes, g, new, dest))
+        if report is not None:
+            report["estimate"] = seen["estimate"]
     return b0, out
