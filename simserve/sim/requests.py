@@ -70,6 +70,9 @@ class RequestTable:
         # prompt block content hashes (Mooncake hash_ids) for prefix caching; None: no reuse
         self.hash_ids = w.hash_ids
         self.hash_block_tokens = w.hash_block_tokens
+        # the int arrays are never reallocated: views for per-element access in Python loops
+        self._views = (memoryview(self.generated), memoryview(self.num_tokens),
+                       memoryview(self.offsets), memoryview(self.output))
         self.num_finished = 0
         self.num_emitted = 0
         self.on_finish = None  # on_finish(num, t): requests finished at t (closed-loop clients)
@@ -147,25 +150,7 @@ class RequestTable:
     def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
         """One token sampled at time t for each id; returns the ids that finished."""
         if len(ids) <= SMALL and not on_cpu and len(ids):  # plain ints: numpy calls cost
-            il = ids.tolist()                                  # more here
-            g = self.generated[ids].tolist()
-            pos = [o + x for o, x in zip(self.offsets[ids].tolist(), g)]
-            mask = self._mask
-            if mask is not None:  # the ring: grow it to hold them first
-                self._room_upto(max(pos) + 1)
-                mask = self._mask
-                pos = [o & mask for o in pos]
-            tt, tf = memoryview(self.token_times), float(t)  # cheaper than numpy's setitem
-            for o in pos:
-                tt[o] = tf
-            first = [r for r, x in zip(il, g) if x == 0]
-            if first:
-                self.first_token[first] = t
-            self.num_emitted += len(il)
-            g = [x + 1 for x in g]
-            self.generated[ids] = g
-            self.num_tokens[ids] += 1
-            return self._finished_at(_finished(il, g, self.output[ids].tolist()), t)
+            return self._emit_small(ids.tolist(), float(t))  # more here
         g = self.generated[ids]
         pos = self.offsets[ids] + g
         if self._mask is not None:
@@ -191,6 +176,29 @@ class RequestTable:
             if self._mask is not None:
                 self._finished_upto()
         return done
+
+    def _emit_small(self, il: list[int], t: float) -> np.ndarray:
+        """`emit` for a few distinct ids, one Python loop over memoryviews of the int arrays
+        (each numpy call on a handful of elements costs more than the loop)."""
+        gen, ntok, off, out = self._views
+        mask = self._mask
+        if mask is not None:  # the ring: grow it to hold them first
+            self._room_upto(max([off[r] + gen[r] for r in il]) + 1)
+            mask = self._mask
+        tt = memoryview(self.token_times)
+        done = []
+        for r in il:
+            x = gen[r]
+            tt[(off[r] + x) & mask if mask is not None else off[r] + x] = t
+            if x == 0:
+                self.first_token[r] = t
+            x += 1
+            gen[r] = x
+            ntok[r] += 1
+            if x >= out[r]:
+                done.append(r)
+        self.num_emitted += len(il)
+        return self._finished_at(np.array(done, dtype=np.int64) if done else _NONE, t)
 
     def emit_many(self, ids: np.ndarray, times: np.ndarray, on_cpu: bool = False) -> None:
         """len(times) tokens for each id (a leap of decode steps); none may finish early."""
