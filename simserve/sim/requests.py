@@ -259,7 +259,9 @@ class RequestTable:
         k = len(times)
         tl = times if type(times) is list else times.tolist()
         src = array("d", tl)
-        starts = [o + x for o, x in zip(self.offsets[ids].tolist(), generated)]
+        il = ids.tolist()
+        gen, ntok, off, out = self._views
+        starts = [off[r] + x for r, x in zip(il, generated)]
         mask = self._mask
         if mask is not None:
             self._room_upto(max(starts) + k)
@@ -277,11 +279,15 @@ class RequestTable:
             tt = memoryview(self.token_times)
             for a in starts:
                 tt[a:a + k] = src
-        self.num_tokens[ids] += k
         self.num_emitted += k * len(starts)
-        g = [x + k for x in generated]
-        self.generated[ids] = g
-        return self._finished_at(_finished(ids.tolist(), g, self.output[ids].tolist()), tl[-1])
+        done = []
+        for r, x in zip(il, generated):
+            x += k
+            gen[r] = x
+            ntok[r] += k
+            if x >= out[r]:
+                done.append(r)
+        return self._finished_at(np.array(done, dtype=np.int64) if done else _NONE, tl[-1])
 
     def emit_runs(self, ids: np.ndarray, times, generated: list[int], steps: list[int]
                   ) -> dict[int, np.ndarray]:
@@ -291,7 +297,9 @@ class RequestTable:
         {steps: the ids that finished after that many steps}."""
         tl = times if type(times) is list else times.tolist()
         src = memoryview(array("d", tl))
-        starts = [o + x for o, x in zip(self.offsets[ids].tolist(), generated)]
+        il = ids.tolist()
+        gen, ntok, off, out = self._views
+        starts = [off[r] + x for r, x in zip(il, generated)]
         tt = memoryview(self.token_times)
         mask = self._mask
         if mask is not None:
@@ -309,13 +317,13 @@ class RequestTable:
         else:
             for a, n in zip(starts, steps):
                 tt[a:a + n] = src[:n]
-        self.num_tokens[ids] += steps
         self.num_emitted += sum(steps)
-        g = [x + n for x, n in zip(generated, steps)]
-        self.generated[ids] = g
         groups: dict[int, list] = {}
-        for r, x, o, n in zip(ids.tolist(), g, self.output[ids].tolist(), steps):
-            if x >= o:
+        for r, x, n in zip(il, generated, steps):
+            x += n
+            gen[r] = x
+            ntok[r] += n
+            if x >= out[r]:
                 groups.setdefault(n, []).append(r)
         out = {}
         for n in sorted(groups):
