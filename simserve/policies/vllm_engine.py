@@ -413,7 +413,7 @@ class ChunkedEngine(EngineBase):
             segs = Segments(c, r) if kmax > first else None
         if kmax < 1:
             return 0
-        p = PendingLeap(ids, c, g, room, r, self.clock, B, kmax, self._own_next_s(),
+        p = PendingLeap(ids, c, g, room, r, self.clock, kmax, self._own_next_s(),
                         sum(c) + B, max(c) + 1, min(first, kmax), segs, sizes=[B])
         self._price(p)
         self._pending = p

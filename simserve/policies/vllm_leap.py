@@ -86,7 +86,6 @@ class PendingLeap:
     room: list
     r: list
     clock: float
-    B: int
     kmax: int
     own: float
     seg_sum: int
@@ -99,6 +98,11 @@ class PendingLeap:
     open: bool = False
     more: bool = False
     delivered: list = dataclasses.field(default_factory=list)  # clients' times, first steps
+
+    @property
+    def B(self) -> int:
+        """The batch at the leap's first step."""
+        return self.sizes[0]
 
     def next_segment(self) -> bool:
         """Move pricing to the segment after the current one's finishes (False: none left)."""

@@ -149,8 +149,8 @@ class RequestTable:
 
     def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
         """One token sampled at time t for each id; returns the ids that finished."""
-        if len(ids) <= SMALL and not on_cpu and len(ids):  # plain ints: numpy calls cost
-            return self._emit_small(ids.tolist(), float(t))  # more here
+        if len(ids) <= SMALL and not on_cpu and len(ids):  # numpy calls cost more here
+            return self._emit_small(ids.tolist(), float(t))
         g = self.generated[ids]
         pos = self.offsets[ids] + g
         if self._mask is not None:
@@ -253,60 +253,31 @@ class RequestTable:
         return self._finished_at(done, float(times[-1]))
 
     def _emit_steps_small(self, ids: np.ndarray, times, generated: list[int]) -> np.ndarray:
-        """`emit_steps` for a few requests on plain ints: each request's tokens are one
-        slice of the token table (of the ring, split where it wraps), written through a
-        memoryview (a numpy slice assignment costs twice as much)."""
+        """`emit_steps` for a few requests: `emit_runs` with every request taking all steps."""
         k = len(times)
-        tl = times if type(times) is list else times.tolist()
-        src = array("d", tl)
-        il = ids.tolist()
-        gen, ntok, off, out = self._views
-        starts = [off[r] + x for r, x in zip(il, generated)]
-        mask = self._mask
-        if mask is not None:
-            self._room_upto(max(starts) + k)
-            mask = self._mask
-            cap = mask + 1
-            tt = memoryview(self.token_times)
-            for o in starts:
-                a = o & mask
-                if a + k <= cap:
-                    tt[a:a + k] = src
-                else:
-                    tt[a:] = src[:cap - a]
-                    tt[:a + k - cap] = src[cap - a:]
-        else:
-            tt = memoryview(self.token_times)
-            for a in starts:
-                tt[a:a + k] = src
-        self.num_emitted += k * len(starts)
-        done = []
-        for r, x in zip(il, generated):
-            x += k
-            gen[r] = x
-            ntok[r] += k
-            if x >= out[r]:
-                done.append(r)
-        return self._finished_at(np.array(done, dtype=np.int64) if done else _NONE, tl[-1])
+        return self.emit_runs(ids, times, generated, [k] * len(generated)).get(k, _NONE)
 
     def emit_runs(self, ids: np.ndarray, times, generated: list[int], steps: list[int]
                   ) -> dict[int, np.ndarray]:
         """Tokens of a leap that goes through finishes: id i gets the first steps[i] of the
         consecutive steps ending at `times` (its count before: generated[i], never 0).
         Finishes are recorded at their own step's time, earliest first; returns
-        {steps: the ids that finished after that many steps}."""
+        {steps: the ids that finished after that many steps}. Each request's tokens are one
+        slice of the token table (of the ring, split where it wraps), written through a
+        memoryview (a numpy slice assignment costs twice as much); counts are updated in one
+        loop over the int arrays' memoryviews (numpy calls on a few elements cost more)."""
         tl = times if type(times) is list else times.tolist()
         src = memoryview(array("d", tl))
         il = ids.tolist()
         gen, ntok, off, out = self._views
         starts = [off[r] + x for r, x in zip(il, generated)]
-        tt = memoryview(self.token_times)
         mask = self._mask
         if mask is not None:
             self._room_upto(max(a + n for a, n in zip(starts, steps)))
             mask = self._mask
             cap = mask + 1
-            tt = memoryview(self.token_times)
+        tt = memoryview(self.token_times)
+        if mask is not None:
             for o, n in zip(starts, steps):
                 a = o & mask
                 if a + n <= cap:
@@ -325,10 +296,8 @@ class RequestTable:
             ntok[r] += n
             if x >= out[r]:
                 groups.setdefault(n, []).append(r)
-        out = {}
-        for n in sorted(groups):
-            out[n] = self._finished_at(np.array(groups[n], dtype=np.int64), tl[n - 1])
-        return out
+        return {n: self._finished_at(np.array(groups[n], dtype=np.int64), tl[n - 1])
+                for n in sorted(groups)}
 
     def _finished_at(self, done: np.ndarray, t: float) -> np.ndarray:
         """Record that `done` finished at t."""

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from simserve.policies.dualpace.assist import FUSED
-from simserve.policies.dualpace.gpu_worker import MainRun
+from simserve.policies.dualpace.gpu_worker import MainRun, assist_span, stage_boundary
 from simserve.sim.leap import largest_k
 
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
@@ -225,7 +225,6 @@ def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: fl
     dd = w.d2h.duration_s(d2h) if d2h else None
     pre, _, post = eng._split(0.0, B, B)         # they depend on B alone
     poll = eng.poll_s if w.staged else None
-    ceil = math.ceil
     last = N - 1
     rounds = lp.rounds
     # the rounds' decode times priced a batch at a time (`GpuEngine._decode_run`, the same
@@ -250,12 +249,8 @@ def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: fl
         E = arm + max(0.0, (start + D + shift) - arm)          # MainRun.expected_end
         served, after, asks = [], None, None
         while j < last and a < E:             # Fused-Assist assists during this round
-            x = a - start - shift - 1e-12     # MainRun.next_boundary(a)
-            if x <= pre:
-                k = 1
-            else:
-                k = 1 + int(ceil((x - pre) / layer)) if layer > 0 else N + 1
-            if k > N + 1:
+            k = stage_boundary(a, start, shift, pre, layer, N)
+            if k is None:
                 # in the post-layer: the worker waits the batch out, then serves it (with
                 # the GPU free, both channels free) before the next round can start
                 asks = (a, j)
@@ -267,12 +262,7 @@ def _soft(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: fl
                 a, j = t3 + nxt, j + 1
                 break
             b = start + (pre + (k - 1) * layer) + shift           # GpuWorker.service_head
-            t0 = a + (b - a) if b > a else a
-            t = t0 + hg
-            if dh is not None:
-                t = t + dh
-            if dd is not None:
-                t = t + dd
+            t0, t = assist_span(a, b, hg, dh, dd)
             served.append((k, t0, t, dh, dd))
             shift += t - t0                   # GpuWorker.shift
             arm = t

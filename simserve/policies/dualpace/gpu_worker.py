@@ -35,6 +35,29 @@ class Assist:
         self.done = env.event()
 
 
+def stage_boundary(now: float, start: float, shift: float, pre: float, layer: float,
+                   N: int):
+    """The first stage boundary at or after `now` of a batch of N layers (`pre`, then `layer`
+    each) started at `start` and delayed `shift` by assists (None: in the post-layer)."""
+    x = now - start - shift - 1e-12
+    if x <= pre:
+        return 1
+    k = 1 + int(math.ceil((x - pre) / layer)) if layer > 0 else N + 1
+    return k if k <= N + 1 else None
+
+
+def assist_span(now: float, b: float, hg: float, dh: float | None, dd: float | None):
+    """(start, end) of an assist asked for at `now` whose boundary comes at `b`: its host and
+    GPU work `hg`, then its H2D and D2H transfers (None: none)."""
+    t0 = now + (b - now) if b > now else now
+    t = t0 + hg
+    if dh is not None:
+        t = t + dh
+    if dd is not None:
+        t = t + dd
+    return t0, t
+
+
 class MainRun:
     """Timing of one GPU-main batch: stage k ends at start + E(k) + the assist time inserted
     at boundaries ≤ k (boundary k = after k stages). Stage 0 is the pre-layer, 1..N the layers,
@@ -62,11 +85,7 @@ class MainRun:
 
     def next_boundary(self, now: float):
         """The first stage boundary at or after `now` (None: in the post-layer)."""
-        x = now - self.start - self.shift - 1e-12
-        if x <= self.pre:
-            return 1
-        k = 1 + int(math.ceil((x - self.pre) / self.layer)) if self.layer > 0 else self.N + 1
-        return k if k <= self.N + 1 else None
+        return stage_boundary(now, self.start, self.shift, self.pre, self.layer, self.N)
 
     def offset(self, k: int) -> float:
         """Unshifted time after k stages."""
@@ -253,25 +272,15 @@ class GpuWorker:
         start, pre, layer, post, N = run.start, run.pre, run.layer, run.post, run.N
         D = pre + N * layer + post
         shift, arm = run.shift, run.arm
-        ceil = math.ceil
         svs = []
         while len(svs) < n:
             if not at_s < arm + max(0.0, (start + D + shift) - arm):   # expected_end
                 break
-            x = at_s - start - shift - 1e-12                            # next_boundary
-            if x <= pre:
-                k = 1
-            else:
-                k = 1 + int(ceil((x - pre) / layer)) if layer > 0 else N + 1
-                if k > N + 1:
-                    break
+            k = stage_boundary(at_s, start, shift, pre, layer, N)
+            if k is None:
+                break
             b = start + (pre + (k - 1) * layer) + shift                 # service_head
-            t0 = at_s + (b - at_s) if b > at_s else at_s
-            t = t0 + hg
-            if dh is not None:
-                t = t + dh
-            if dd is not None:
-                t = t + dd
+            t0, t = assist_span(at_s, b, hg, dh, dd)
             svs.append((k, t0, t, dh, dd))
             run.add_shift(k, t - t0)                                     # shift
             shift = run.shift
@@ -302,13 +311,9 @@ class GpuWorker:
         k = run.next_boundary(now)
         if k is None:
             return None
-        b = run.start + run.offset(k) + run.shift
-        t0 = now + (b - now) if b > now else now
-        t = t0 + (self.host_s + gpu_s)
-        dh = None
-        if h2d_bytes:
-            dh = self.h2d.duration_s(h2d_bytes)
-            t = t + dh
+        dh = self.h2d.duration_s(h2d_bytes) if h2d_bytes else None
+        t0, t = assist_span(now, run.start + run.offset(k) + run.shift, self.host_s + gpu_s,
+                            dh, None)
         return k, t0, t, dh
 
     def book(self, run: MainRun, sv, h2d_bytes: float, d2h_bytes: float) -> None:
