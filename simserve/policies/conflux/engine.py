@@ -12,7 +12,7 @@ import numpy as np
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
 from simserve.policies.conflux.kv_moves import KvMoves
-from simserve.policies.conflux.leap import leap_instance
+from simserve.policies.conflux.leap import FEW_DECODES, leap_instance
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_leap import flat_decodes
 from simserve.policies.sp_ranks import SpRanksEngine
@@ -33,6 +33,11 @@ class XpInstance(SpRanksEngine):
         self._moves = KvMoves(self.ctx.env)   # KV moves without SimPy processes
         self._channels: dict = {}  # decode rank -> the NVLink channels a move to it uses
         self._report: dict = {}    # the plan's estimate of its iteration (`plan_prefills`)
+        # the table's int arrays, read and written one by one where there are few decodes
+        # (FEW_DECODES; the arrays are made once, with the table)
+        t = self.ctx.table
+        self._comp, self._held = memoryview(t.computed), memoryview(t.blocks)
+        self._gen, self._out = memoryview(t.generated), memoryview(t.output)
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -78,34 +83,77 @@ class XpInstance(SpRanksEngine):
     def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
         """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
         (tokens in KV plus the new one; 0 without decodes): `_rank_states()` and `_rank_max()`
-        from one gather of the decodes' contexts (growing leaves the contexts as they were)."""
+        from one gather of the decodes' contexts (growing leaves the contexts as they were).
+        Up to FEW_DECODES decodes are read one by one from the table's int arrays (the same
+        integers; numpy calls cost more than the arithmetic on a few)."""
         t, bs, R = self.ctx.table, self.cfg.block_size, self.R
         flat, nd, nz, idx = self._flat_decodes()
         if not nz:
             return nd, [0] * R, [0] * R
-        c = t.computed[flat]
-        nb = (c + bs) // bs        # blocks for c + 1 tokens
-        nb -= t.blocks[flat]
-        np.maximum(nb, 0, out=nb)
-        need = [0] * R
-        for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
-            need[r] = x
-        if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
-            if any(need):  # (adding zeros changes nothing)
-                for x, p in zip(need, self.pools):
-                    p.allocate(x)
-                t.blocks[flat] += nb
-            sums = np.add.reduceat(c, idx).tolist()
-        else:  # some rank preempts: the general path, then the survivors' contexts
-            self._grow_decodes()
-            flat, nd, nz, idx = self._flat_decodes()
-            if not nz:
-                return nd, [0] * R, [0] * R
+        if len(flat) <= FEW_DECODES:
+            state = self._decode_state_few(nd, nz, bs)
+            if state is not None:
+                return state
+        else:
             c = t.computed[flat]
-            sums = np.add.reduceat(c, idx).tolist()
-        dctx, rmax = [0] * R, [0] * R
-        for r, x, m in zip(nz, sums, np.maximum.reduceat(c, idx).tolist()):
+            nb = (c + bs) // bs        # blocks for c + 1 tokens
+            nb -= t.blocks[flat]
+            np.maximum(nb, 0, out=nb)
+            need = [0] * R
+            for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
+                need[r] = x
+            if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
+                if any(need):  # (adding zeros changes nothing)
+                    for x, p in zip(need, self.pools):
+                        p.allocate(x)
+                    t.blocks[flat] += nb
+                return self._contexts(c, nd, nz, idx)
+        # some rank preempts: the general path, then the survivors' contexts
+        self._grow_decodes()
+        flat, nd, nz, idx = self._flat_decodes()
+        if not nz:
+            return nd, [0] * R, [0] * R
+        return self._contexts(t.computed[flat], nd, nz, idx)
+
+    def _contexts(self, c: np.ndarray, nd: list[int], nz: list[int], idx: list[int]
+                  ) -> tuple[list[int], list[int], list[int]]:
+        """(nd, Σ context, longest context) per rank from the decodes' tokens in KV `c`."""
+        dctx, rmax = [0] * self.R, [0] * self.R
+        for r, x, m in zip(nz, np.add.reduceat(c, idx).tolist(),
+                           np.maximum.reduceat(c, idx).tolist()):
             dctx[r], rmax[r] = x + nd[r], m + 1
+        return nd, dctx, rmax
+
+    def _decode_state_few(self, nd: list[int], nz: list[int], bs: int):
+        """`_decode_state`'s fast path in plain ints: each decode's new blocks
+        max(0, ⌈(c + 1)/bs⌉ − held), summed per rank, allocated (and added to the decodes'
+        blocks) when every rank has room; None (nothing changed) when some rank does not."""
+        comp, held = self._comp, self._held
+        lists = self._flat[0]          # the decode lists `_flat_decodes` read
+        R = self.R
+        need, dctx, rmax, grow = [0] * R, [0] * R, [0] * R, []
+        for r in nz:
+            x = s = m = 0
+            for i in lists[r]:
+                c = comp[i]
+                s += c
+                if c > m:
+                    m = c
+                b = (c + bs) // bs - held[i]
+                if b > 0:
+                    x += b
+                    grow.append((i, b))
+            need[r], dctx[r], rmax[r] = x, s + nd[r], m + 1
+        pools = self.pools
+        for r in nz:
+            if need[r] > pools[r].num_free:
+                return None
+        if grow:
+            for r in nz:
+                if need[r]:
+                    pools[r].allocate(need[r])
+            for i, b in grow:
+                held[i] += b
         return nd, dctx, rmax
 
     def _flat_decodes(self) -> tuple[np.ndarray, list[int], list[int], list[int]]:

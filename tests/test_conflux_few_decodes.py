@@ -1,0 +1,79 @@
+"""ConfluxServe's instance with a few decodes: their counts read one by one (plain ints) give
+the arrays' answers, and one leap call runs on through finishes before the next arrival."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from simserve.hardware.setup import HardwareConfig, resolve_hardware
+from simserve.policies.conflux import engine as conflux_engine
+from simserve.policies.conflux import leap as conflux_leap
+from simserve.run import simulate_point
+from tests.helpers import requests, workload
+
+H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
+
+
+def _run(w, **kw):
+    return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **kw)
+
+
+@st.composite
+def scenarios(draw):
+    w, _, _, need = draw(requests(14, 6000, 400, 0.25))
+    need = int(need / 0.95) + 2   # tight pools: growth that does not fit, leaps cut short
+    return w, dict(num_gpu_blocks_override=draw(st.integers(need, need * 2)),
+                   scheduler=draw(st.sampled_from(["slo", "fcfs"])),
+                   tbt_ms=draw(st.sampled_from([50.0, 100.0, 400.0])))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+# short prompts placed together outgrow their ranks' pools while they decode (preemptions)
+@example((workload(np.zeros(12), np.full(12, 100), np.full(12, 2000)),
+          dict(num_gpu_blocks_override=300, headroom=0.0, scheduler="slo", tbt_ms=100.0)))
+def test_few_decodes_in_plain_ints_match_the_array_path(sc):
+    """FEW_DECODES = 0 sends every decode state and leap through numpy's gathers: the same
+    token times, preemptions, iterations, pools and samples."""
+    w, params = sc
+    fast = _run(w, **params)
+    saved = conflux_engine.FEW_DECODES, conflux_leap.FEW_DECODES
+    try:
+        conflux_engine.FEW_DECODES = conflux_leap.FEW_DECODES = 0
+        slow = _run(w, **params)
+    finally:
+        conflux_engine.FEW_DECODES, conflux_leap.FEW_DECODES = saved
+    assert np.array_equal(fast.records.token_times_s, slow.records.token_times_s)
+    assert np.array_equal(fast.records.num_preemptions, slow.records.num_preemptions)
+    assert fast.stats["num_iterations"] == slow.stats["num_iterations"]
+    assert fast.stats["peak_kv_blocks"] == slow.stats["peak_kv_blocks"]
+    assert fast.stats["conflux"] == slow.stats["conflux"]
+    for name in ("t", "num_running", "num_waiting", "kv_used_blocks", "tokens_total"):
+        assert list(getattr(fast.recorder, name)) == list(getattr(slow.recorder, name))
+
+
+def test_one_leap_runs_through_finishes_before_the_next_arrival(monkeypatch):
+    """Three requests decode together and finish at different steps with nothing arriving
+    after them: after the prefills, a single leap call takes every remaining step, one
+    segment (and sample) per finish, as separate leaps would."""
+    calls, segments = [], []
+    leap, once = conflux_engine.XpInstance._leap, conflux_leap._leap_once
+
+    def counted_leap(self):
+        calls.append(self.clock)
+        return leap(self)
+
+    def counted_once(eng, cap):
+        k = once(eng, cap)
+        segments.append(k)
+        return k
+
+    w = workload([0.0, 0.0, 0.0], [64, 64, 64], [40, 90, 150])
+    want = _run(w)
+    monkeypatch.setattr(conflux_engine.XpInstance, "_leap", counted_leap)
+    monkeypatch.setattr(conflux_leap, "_leap_once", counted_once)
+    got = _run(w)
+    assert np.array_equal(got.records.token_times_s, want.records.token_times_s)
+    assert len(calls) == 1
+    assert [k for k in segments if k] == [39, 50, 60]   # up to each finish, then the last
