@@ -206,14 +206,23 @@ class XpInstance(SpRanksEngine):
     def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
         """`SpRanksEngine._apply`, its emit given the decodes' own array when no prompt
         samples its first token (the same ids in the same order; no array of none built and
-        joined to them, most iterations)."""
-        if finishing:
-            return super()._apply(dec_ids, chunks, finishing)
+        joined to them, most iterations), a few decodes' tokens counted one by one."""
         t = self.ctx.table
-        t.computed[dec_ids] += 1
+        if len(dec_ids) <= FEW_DECODES:   # the same additions, one by one
+            comp = self._comp
+            for i in dec_ids.tolist():
+                comp[i] += 1
+        else:
+            t.computed[dec_ids] += 1
         for ch in chunks:
-            t.computed[ch.req_id] += ch.tokens
-        done = t.emit(dec_ids, self.clock)
+            self._comp[ch.req_id] += ch.tokens
+        if finishing:   # `SpRanksEngine._apply`'s emit with the prompts' first tokens
+            fin_ids = np.asarray([ch.req_id for ch in finishing], dtype=np.int64)
+            done = t.emit(np.concatenate((dec_ids, fin_ids)), self.clock)
+            gone = set(fin_ids.tolist())
+            self.pending = [r for r in self.pending if r not in gone]
+        else:
+            done = t.emit(dec_ids, self.clock)
         if len(done):
             self._finish(done)
         self._sample()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies.sp_leap import LEAP_CAP
-from simserve.sim.leap import largest_k, steps_before
+from simserve.sim.leap import largest_k
 
 FEW_DECODES = 64  # up to this many decodes, their counts are read one by one (more: numpy)
 
@@ -70,7 +70,8 @@ def _leap_once(eng, cap: int) -> int:
         if last >= arrival:
             break
     ends = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    k = steps_before(ends, kmax, arrival)
+    # `steps_before(ends, kmax, arrival)`: the same search, through the array's method
+    k = min(kmax, 1 + int(ends.searchsorted(arrival, "left")))
     if k < 2:
         return 0
     free = [p.num_free for p in eng.pools]
