@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simserve.cost.sp import SpCostModel
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
 from simserve.policies.conflux.kv_moves import KvMoves
@@ -38,6 +39,12 @@ class XpInstance(SpRanksEngine):
         t = self.ctx.table
         self._comp, self._held = memoryview(t.computed), memoryview(t.blocks)
         self._gen, self._out = memoryview(t.generated), memoryview(t.output)
+        self._kv_blocks = sum(p.num_blocks for p in self.pools)   # the pools' blocks in all
+        # a prefilling iteration's time: `SpCostModel.mixed_step_s` where it is what
+        # `iteration_s` computes (the class's own), else the cost model's `iteration_s`
+        c = self.cost
+        self._mixed_step_s = c.mixed_step_s if isinstance(c, SpCostModel) and \
+            type(c).iteration_s is SpCostModel.iteration_s else c.iteration_s
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -194,7 +201,7 @@ class XpInstance(SpRanksEngine):
                 self.rank_of[ch.req_id] = ch.decode_rank
                 self._start_transfer(ch.req_id, ch.decode_rank, ch.context + ch.tokens)
         finishing = [ch for ch in chunks if ch.finishes]
-        dt = self.cost.iteration_s(
+        dt = self._mixed_step_s(
             n_p, nd, dctx, [ch.tokens for ch in chunks], [ch.context for ch in chunks],
             max(nd) + len(finishing), rmax)
         if self.tracker is not None:  # the estimate this dispatch planned against
@@ -226,6 +233,15 @@ class XpInstance(SpRanksEngine):
         if len(done):
             self._finish(done)
         self._sample()
+
+    def _sample(self) -> None:
+        """`SpRanksEngine._sample`: the blocks in use as the pools' size less their free
+        blocks (the same integer as Σ num_used, with one attribute read a pool)."""
+        pools = self.pools
+        self.ctx.recorder.sample(self.clock, self.index, sum(map(len, self.decodes)),
+                                 len(self.pending),
+                                 self._kv_blocks - sum([p.num_free for p in pools]),
+                                 self.ctx.table.num_emitted)
 
     def _finish(self, done: np.ndarray) -> None:
         """`SpRanksEngine._finish`, filtering only the decode lists of the finished requests'
