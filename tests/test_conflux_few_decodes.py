@@ -121,3 +121,13 @@ def test_mixed_step_is_iteration_s(it):
                 cost.rank_attn(r, k, c - 3 * k, m - 3, 8)
     want = cost.iteration_s(n_p, n_d, dctx, np.array(chunks), np.array(ctxs), rows, dmax)
     assert cost.mixed_step_s(n_p, n_d, dctx, chunks, ctxs, rows, dmax) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 1 << 40))
+def test_fitted_alltoall_of_one_size_is_the_array_call(nbytes):
+    """4 ranks have no measured all-to-all table: the fitted line prices one size (an int)
+    in plain floats, as its array call prices it."""
+    cost = SpCostModel(QWEN14, H100X4.gpu, H100X4.nvlink, 4)
+    a2a = cost._a2a
+    assert a2a(nbytes) == float(a2a(np.array([nbytes]))[0]) == float(a2a(float(nbytes)))

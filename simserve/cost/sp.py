@@ -77,7 +77,12 @@ class SpCostModel:
         lat = float(ln.get("alltoall_latency_us", ln.get("collective_latency_us", 0.0)))
         busbw = float(ln["alltoall_busbw_gbps"]) * 1e9
         frac = (self.R - 1) / self.R
-        return lambda nbytes: lat + frac * np.asarray(nbytes, dtype=np.float64) / busbw * 1e6
+
+        def alltoall(nbytes):
+            if type(nbytes) is int:   # one size: the same IEEE operations on a Python float
+                return lat + frac * float(nbytes) / busbw * 1e6
+            return lat + frac * np.asarray(nbytes, dtype=np.float64) / busbw * 1e6
+        return alltoall
 
     # -- per-layer pieces (µs) --------------------------------------------------------------
     def alltoall_us(self, nbytes: float) -> float:
