@@ -39,7 +39,9 @@ class XpInstance(SpRanksEngine):
         t = self.ctx.table
         self._comp, self._held = memoryview(t.computed), memoryview(t.blocks)
         self._gen, self._out = memoryview(t.generated), memoryview(t.output)
+        self._ntok = memoryview(t.num_tokens)
         self._kv_blocks = sum(p.num_blocks for p in self.pools)   # the pools' blocks in all
+        self._shard, self._rank_of = memoryview(self.shard), memoryview(self.rank_of)
         # a prefilling iteration's time: `SpCostModel.mixed_step_s` where it is what
         # `iteration_s` computes (the class's own), else the cost model's `iteration_s`
         c = self.cost
@@ -189,16 +191,17 @@ class XpInstance(SpRanksEngine):
             self.last_prefill_per_rank = [0] * R
             return dt, lambda: self._apply(dec_ids, (), ())
         n_p = [0] * R
+        shard = self._shard   # the counts one by one (memoryviews of the int arrays)
         for ch in chunks:  # commit the plan's KV (the plan checked it against these pools)
             n_p = [a + b for a, b in zip(n_p, ch.per_rank)]
             if ch.shard_new:
                 for p in self.pools:
                     p.allocate(ch.shard_new)
-                self.shard[ch.req_id] += ch.shard_new
+                shard[ch.req_id] += ch.shard_new
             if ch.decode_rank >= 0:
                 self.pools[ch.decode_rank].allocate(ch.dest_blocks)
-                t.blocks[ch.req_id] = ch.dest_blocks + int(self.shard[ch.req_id])
-                self.rank_of[ch.req_id] = ch.decode_rank
+                self._held[ch.req_id] = ch.dest_blocks + shard[ch.req_id]
+                self._rank_of[ch.req_id] = ch.decode_rank
                 self._start_transfer(ch.req_id, ch.decode_rank, ch.context + ch.tokens)
         finishing = [ch for ch in chunks if ch.finishes]
         dt = self._mixed_step_s(
@@ -271,10 +274,12 @@ class XpInstance(SpRanksEngine):
         ids = self.pending
         ttft = self.cfg.ttft_ms * 1e-3
         if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
-            comp = [t.computed.item(i) for i in ids]
-            rem = [t.num_tokens.item(i) - c for i, c in zip(ids, comp)]
-            needs = [t.generated.item(i) + 1 < t.output.item(i) for i in ids]
-            held = [self.shard.item(i) for i in ids]
+            comp_v, gen, out, shard, ntok = (self._comp, self._gen, self._out, self._shard,
+                                             self._ntok)
+            comp = [comp_v[i] for i in ids]
+            rem = [ntok[i] - c for i, c in zip(ids, comp)]
+            needs = [gen[i] + 1 < out[i] for i in ids]
+            held = [shard[i] for i in ids]
         else:
             pend = np.asarray(ids, dtype=np.int64)
             comp = t.computed[pend].tolist()
