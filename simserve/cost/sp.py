@@ -77,7 +77,12 @@ class SpCostModel:
         lat = float(ln.get("alltoall_latency_us", ln.get("collective_latency_us", 0.0)))
         busbw = float(ln["alltoall_busbw_gbps"]) * 1e9
         frac = (self.R - 1) / self.R
-        return lambda nbytes: lat + frac * np.asarray(nbytes, dtype=np.float64) / busbw * 1e6
+
+        def alltoall(nbytes):
+            if type(nbytes) is int:   # one size: the same IEEE operations on a Python float
+                return lat + frac * float(nbytes) / busbw * 1e6
+            return lat + frac * np.asarray(nbytes, dtype=np.float64) / busbw * 1e6
+        return alltoall
 
     # -- per-layer pieces (µs) --------------------------------------------------------------
     def alltoall_us(self, nbytes: float) -> float:
@@ -209,6 +214,29 @@ class SpCostModel:
         t_p = self.prefill_path_us(int(max(n_p)), chunks, ctxs)   # arrays or lists
         layer = t_lin + self.split_attention_us(t_p, self.decode_path_us(n_d, dctx, dmax))
         return (self.host_us(n_d, len(chunks)) + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
+
+    def mixed_step_s(self, n_p: list[int], n_d: list[int], dctx: list[int], chunks: list[int],
+                     ctxs: list[int], num_sample_rows: int, dmax: list[int]) -> float:
+        """`iteration_s(n_p, n_d, dctx, chunks, ctxs, num_sample_rows, dmax)` of an iteration
+        that prefills (some n_p > 0), every argument a Python int or a list of them: the same
+        operations on the same values, without the general entry's conversions and calls."""
+        b = self.base
+        tokens = [p + d for p, d in zip(n_p, n_d)]
+        busiest = max(tokens)
+        b._ensure(busiest if busiest >= num_sample_rows else num_sample_rows)
+        dense = b._dense
+        t_lin = max([dense[x] for x in tokens])   # dense_layer_us of each rank
+        t_p = self.comm_us(max(n_p)) + float(self.sp_prefill_attn(chunks, ctxs))
+        t_d = None   # decode_path_us: the first largest of the ranks' decode attention
+        attn1 = self.rank_attn1
+        for r, k in enumerate(n_d):
+            if k > 0:
+                v = attn1(r, k, dctx[r], dmax[r])
+                if t_d is None or v > t_d:
+                    t_d = v
+        layer = t_lin + self.split_attention_us(t_p, t_d)
+        return (b.iter_us + b.per_seq_us * (max(n_d) + len(chunks))
+                + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
 
     def host_us(self, n_d, num_chunks: int) -> float:
         """The iteration's host scheduling cost (the base model's), for the busiest rank's

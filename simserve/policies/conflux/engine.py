@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from simserve.cost.sp import SpCostModel
 from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
 from simserve.policies.conflux.kv_moves import KvMoves
-from simserve.policies.conflux.leap import leap_instance
+from simserve.policies.conflux.leap import FEW_DECODES, leap_instance
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_leap import flat_decodes
 from simserve.policies.sp_ranks import SpRanksEngine
@@ -33,6 +34,19 @@ class XpInstance(SpRanksEngine):
         self._moves = KvMoves(self.ctx.env)   # KV moves without SimPy processes
         self._channels: dict = {}  # decode rank -> the NVLink channels a move to it uses
         self._report: dict = {}    # the plan's estimate of its iteration (`plan_prefills`)
+        # the table's int arrays, read and written one by one where there are few decodes
+        # (FEW_DECODES; the arrays are made once, with the table)
+        t = self.ctx.table
+        self._comp, self._held = memoryview(t.computed), memoryview(t.blocks)
+        self._gen, self._out = memoryview(t.generated), memoryview(t.output)
+        self._ntok = memoryview(t.num_tokens)
+        self._kv_blocks = sum(p.num_blocks for p in self.pools)   # the pools' blocks in all
+        self._shard, self._rank_of = memoryview(self.shard), memoryview(self.rank_of)
+        # a prefilling iteration's time: `SpCostModel.mixed_step_s` where it is what
+        # `iteration_s` computes (the class's own), else the cost model's `iteration_s`
+        c = self.cost
+        self._mixed_step_s = c.mixed_step_s if isinstance(c, SpCostModel) and \
+            type(c).iteration_s is SpCostModel.iteration_s else c.iteration_s
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
@@ -78,34 +92,77 @@ class XpInstance(SpRanksEngine):
     def _decode_state(self) -> tuple[list[int], list[int], list[int]]:
         """`_grow_decodes` then, per rank, the decodes, their Σ context and the longest context
         (tokens in KV plus the new one; 0 without decodes): `_rank_states()` and `_rank_max()`
-        from one gather of the decodes' contexts (growing leaves the contexts as they were)."""
+        from one gather of the decodes' contexts (growing leaves the contexts as they were).
+        Up to FEW_DECODES decodes are read one by one from the table's int arrays (the same
+        integers; numpy calls cost more than the arithmetic on a few)."""
         t, bs, R = self.ctx.table, self.cfg.block_size, self.R
         flat, nd, nz, idx = self._flat_decodes()
         if not nz:
             return nd, [0] * R, [0] * R
-        c = t.computed[flat]
-        nb = (c + bs) // bs        # blocks for c + 1 tokens
-        nb -= t.blocks[flat]
-        np.maximum(nb, 0, out=nb)
-        need = [0] * R
-        for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
-            need[r] = x
-        if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
-            if any(need):  # (adding zeros changes nothing)
-                for x, p in zip(need, self.pools):
-                    p.allocate(x)
-                t.blocks[flat] += nb
-            sums = np.add.reduceat(c, idx).tolist()
-        else:  # some rank preempts: the general path, then the survivors' contexts
-            self._grow_decodes()
-            flat, nd, nz, idx = self._flat_decodes()
-            if not nz:
-                return nd, [0] * R, [0] * R
+        if len(flat) <= FEW_DECODES:
+            state = self._decode_state_few(nd, nz, bs)
+            if state is not None:
+                return state
+        else:
             c = t.computed[flat]
-            sums = np.add.reduceat(c, idx).tolist()
-        dctx, rmax = [0] * R, [0] * R
-        for r, x, m in zip(nz, sums, np.maximum.reduceat(c, idx).tolist()):
+            nb = (c + bs) // bs        # blocks for c + 1 tokens
+            nb -= t.blocks[flat]
+            np.maximum(nb, 0, out=nb)
+            need = [0] * R
+            for r, x in zip(nz, np.add.reduceat(nb, idx).tolist()):
+                need[r] = x
+            if all(x <= p.num_free for x, p in zip(need, self.pools)):  # `_grow_decodes`' fast path
+                if any(need):  # (adding zeros changes nothing)
+                    for x, p in zip(need, self.pools):
+                        p.allocate(x)
+                    t.blocks[flat] += nb
+                return self._contexts(c, nd, nz, idx)
+        # some rank preempts: the general path, then the survivors' contexts
+        self._grow_decodes()
+        flat, nd, nz, idx = self._flat_decodes()
+        if not nz:
+            return nd, [0] * R, [0] * R
+        return self._contexts(t.computed[flat], nd, nz, idx)
+
+    def _contexts(self, c: np.ndarray, nd: list[int], nz: list[int], idx: list[int]
+                  ) -> tuple[list[int], list[int], list[int]]:
+        """(nd, Σ context, longest context) per rank from the decodes' tokens in KV `c`."""
+        dctx, rmax = [0] * self.R, [0] * self.R
+        for r, x, m in zip(nz, np.add.reduceat(c, idx).tolist(),
+                           np.maximum.reduceat(c, idx).tolist()):
             dctx[r], rmax[r] = x + nd[r], m + 1
+        return nd, dctx, rmax
+
+    def _decode_state_few(self, nd: list[int], nz: list[int], bs: int):
+        """`_decode_state`'s fast path in plain ints: each decode's new blocks
+        max(0, ⌈(c + 1)/bs⌉ − held), summed per rank, allocated (and added to the decodes'
+        blocks) when every rank has room; None (nothing changed) when some rank does not."""
+        comp, held = self._comp, self._held
+        lists = self._flat[0]          # the decode lists `_flat_decodes` read
+        R = self.R
+        need, dctx, rmax, grow = [0] * R, [0] * R, [0] * R, []
+        for r in nz:
+            x = s = m = 0
+            for i in lists[r]:
+                c = comp[i]
+                s += c
+                if c > m:
+                    m = c
+                b = (c + bs) // bs - held[i]
+                if b > 0:
+                    x += b
+                    grow.append((i, b))
+            need[r], dctx[r], rmax[r] = x, s + nd[r], m + 1
+        pools = self.pools
+        for r in nz:
+            if need[r] > pools[r].num_free:
+                return None
+        if grow:
+            for r in nz:
+                if need[r]:
+                    pools[r].allocate(need[r])
+            for i, b in grow:
+                held[i] += b
         return nd, dctx, rmax
 
     def _flat_decodes(self) -> tuple[np.ndarray, list[int], list[int], list[int]]:
@@ -134,19 +191,20 @@ class XpInstance(SpRanksEngine):
             self.last_prefill_per_rank = [0] * R
             return dt, lambda: self._apply(dec_ids, (), ())
         n_p = [0] * R
+        shard = self._shard   # the counts one by one (memoryviews of the int arrays)
         for ch in chunks:  # commit the plan's KV (the plan checked it against these pools)
             n_p = [a + b for a, b in zip(n_p, ch.per_rank)]
             if ch.shard_new:
                 for p in self.pools:
                     p.allocate(ch.shard_new)
-                self.shard[ch.req_id] += ch.shard_new
+                shard[ch.req_id] += ch.shard_new
             if ch.decode_rank >= 0:
                 self.pools[ch.decode_rank].allocate(ch.dest_blocks)
-                t.blocks[ch.req_id] = ch.dest_blocks + int(self.shard[ch.req_id])
-                self.rank_of[ch.req_id] = ch.decode_rank
+                self._held[ch.req_id] = ch.dest_blocks + shard[ch.req_id]
+                self._rank_of[ch.req_id] = ch.decode_rank
                 self._start_transfer(ch.req_id, ch.decode_rank, ch.context + ch.tokens)
         finishing = [ch for ch in chunks if ch.finishes]
-        dt = self.cost.iteration_s(
+        dt = self._mixed_step_s(
             n_p, nd, dctx, [ch.tokens for ch in chunks], [ch.context for ch in chunks],
             max(nd) + len(finishing), rmax)
         if self.tracker is not None:  # the estimate this dispatch planned against
@@ -158,17 +216,35 @@ class XpInstance(SpRanksEngine):
     def _apply(self, dec_ids: np.ndarray, chunks, finishing) -> None:
         """`SpRanksEngine._apply`, its emit given the decodes' own array when no prompt
         samples its first token (the same ids in the same order; no array of none built and
-        joined to them, most iterations)."""
-        if finishing:
-            return super()._apply(dec_ids, chunks, finishing)
+        joined to them, most iterations), a few decodes' tokens counted one by one."""
         t = self.ctx.table
-        t.computed[dec_ids] += 1
+        if len(dec_ids) <= FEW_DECODES:   # the same additions, one by one
+            comp = self._comp
+            for i in dec_ids.tolist():
+                comp[i] += 1
+        else:
+            t.computed[dec_ids] += 1
         for ch in chunks:
-            t.computed[ch.req_id] += ch.tokens
-        done = t.emit(dec_ids, self.clock)
+            self._comp[ch.req_id] += ch.tokens
+        if finishing:   # `SpRanksEngine._apply`'s emit with the prompts' first tokens
+            fin_ids = np.asarray([ch.req_id for ch in finishing], dtype=np.int64)
+            done = t.emit(np.concatenate((dec_ids, fin_ids)), self.clock)
+            gone = set(fin_ids.tolist())
+            self.pending = [r for r in self.pending if r not in gone]
+        else:
+            done = t.emit(dec_ids, self.clock)
         if len(done):
             self._finish(done)
         self._sample()
+
+    def _sample(self) -> None:
+        """`SpRanksEngine._sample`: the blocks in use as the pools' size less their free
+        blocks (the same integer as Σ num_used, with one attribute read a pool)."""
+        pools = self.pools
+        self.ctx.recorder.sample(self.clock, self.index, sum(map(len, self.decodes)),
+                                 len(self.pending),
+                                 self._kv_blocks - sum([p.num_free for p in pools]),
+                                 self.ctx.table.num_emitted)
 
     def _finish(self, done: np.ndarray) -> None:
         """`SpRanksEngine._finish`, filtering only the decode lists of the finished requests'
@@ -198,10 +274,12 @@ class XpInstance(SpRanksEngine):
         ids = self.pending
         ttft = self.cfg.ttft_ms * 1e-3
         if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
-            comp = [t.computed.item(i) for i in ids]
-            rem = [t.num_tokens.item(i) - c for i, c in zip(ids, comp)]
-            needs = [t.generated.item(i) + 1 < t.output.item(i) for i in ids]
-            held = [self.shard.item(i) for i in ids]
+            comp_v, gen, out, shard, ntok = (self._comp, self._gen, self._out, self._shard,
+                                             self._ntok)
+            comp = [comp_v[i] for i in ids]
+            rem = [ntok[i] - c for i, c in zip(ids, comp)]
+            needs = [gen[i] + 1 < out[i] for i in ids]
+            held = [shard[i] for i in ids]
         else:
             pend = np.asarray(ids, dtype=np.int64)
             comp = t.computed[pend].tolist()
