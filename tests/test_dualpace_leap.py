@@ -137,3 +137,72 @@ def test_chained_assists_match_one_assist_per_event(monkeypatch):
     assert _accounting(a) == _accounting(b)
     assert a.gpu.worker.num_closed_form == b.gpu.worker.num_closed_form
     assert a.num_events < b.num_events
+
+
+def _chain_loop(s, xs, first, arrival, a):
+    """`_plain`'s round loop written plainly (the reference for `chain_rounds`)."""
+    starts, ends, p = [], [], s
+    for i, x in enumerate(xs):
+        if (i or not first) and not p < arrival:
+            break
+        end = s + x + 0.0
+        E = s + max(0.0, end - s)
+        if not a > E:
+            break
+        assert E == end     # where chain_rounds answers, the two coincide
+        starts.append(s)
+        ends.append(E)
+        p = s = E
+    return starts, ends
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=st.floats(0.0, 5e4), xs=st.lists(st.floats(1e-5, 2.0), min_size=1, max_size=80),
+       first=st.booleans(), cut=st.floats(0.0, 1.2), which=st.sampled_from(["arrival", "a"]))
+def test_numpy_chain_of_plain_rounds_matches_the_loop(s, xs, first, cut, which):
+    from simserve.policies.dualpace.gpu_leap import busy_after, chain_rounds
+    stop = s + cut * sum(xs)
+    arrival, a = (stop, np.inf) if which == "arrival" else (np.inf, stop)
+    got = chain_rounds(s, np.asarray(xs), first, arrival, a)
+    if got is None:         # the closed form does not hold here (only at the run's start)
+        assert s < max(xs)
+        return
+    assert got == _chain_loop(s, xs, first, arrival, a)
+    starts, ends = got
+    busy = 0.0
+    for x, y in zip(starts, ends):
+        busy += (y - x) - 0.0
+    assert busy_after(0.0, starts, ends) == busy
+    assert busy_after(0.0, starts * 20, ends * 20) == sum_in_order(starts * 20, ends * 20)
+
+
+def sum_in_order(starts, ends):
+    busy = 0.0
+    for x, y in zip(starts, ends):
+        busy += (y - x) - 0.0
+    return busy
+
+
+def test_plain_leaps_run_on_through_finishes_exactly():
+    # a lightly loaded GPU with the CPU idle: leaps end where their first request finishes
+    # and go on with the others (`gpu_leap.joined`), as leaps one after the other would
+    rng = np.random.default_rng(3)
+    n = 40
+    w = workload(np.cumsum(rng.exponential(1.5, n)), rng.integers(50, 800, n),
+                 rng.integers(20, 400, n))
+    params = dict(FAST, num_gpu_blocks_override=3000, num_cpu_blocks_override=5000)
+    a, b = Sim(w, dict(params, leap=True), check=_kv_ok), Sim(w, dict(params, leap=False))
+    assert a.gpu.leap_counts["joined"] > 20
+    assert np.array_equal(a.table.token_times, b.table.token_times)
+    assert _log(a) == _log(b)
+    assert _accounting(a) == _accounting(b)
+    rec_a, rec_b = a.ctx.recorder, b.ctx.recorder
+    assert a.st.migration_reserve == b.st.migration_reserve
+    # the samples a joined leap records are those of the leaps it joins: every leap's end
+    # is among the stepped run's samples, with the same counts there
+    stepped = {(t, e): (r, q, k, x) for t, e, r, q, k, x in zip(
+        rec_b.t, rec_b.engine, rec_b.num_running, rec_b.num_waiting, rec_b.kv_used_blocks,
+        rec_b.tokens_total)}
+    for row in zip(rec_a.t, rec_a.engine, rec_a.num_running, rec_a.num_waiting,
+                   rec_a.kv_used_blocks, rec_a.tokens_total):
+        assert stepped[row[:2]] == row[2:]
