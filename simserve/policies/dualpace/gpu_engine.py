@@ -53,7 +53,7 @@ class GpuEngine(EngineBase):
         self.p2c_copy_bytes = 0
         # how much was worked out in closed form (leaps, assists in them, copies)
         self.leap_counts = dict(leaps=0, rounds=0, assists=0, assists_after=0,
-                                copy_assists=0, copy_interrupts=0, joined=0)
+                                copy_assists=0, copy_interrupts=0)
         self._dc = None
         self._round_hint = 0.0    # a recent leapt round's length (how many to price at once)
         self._lm_s: dict = {}

@@ -31,13 +31,11 @@ import math
 import numpy as np
 
 from simserve.policies.dualpace.assist import FUSED
-from simserve.policies.dualpace.envelope import migration_blocks_of
 from simserve.policies.dualpace.gpu_worker import MainRun, assist_span, stage_boundary
 from simserve.sim.leap import largest_k
 
 LEAP_CAP = 4096   # rounds per leap (bounds the temporary arrays)
 SOFT_FIRST = 16   # most rounds priced at first in a leap that serves assists
-VECTOR_ROUNDS = 16   # from this many rounds on, plain rounds' chains are done in numpy
 
 
 class Round:
@@ -62,21 +60,10 @@ class Leap:
         self.rounds: list[Round] = []
         self.plain = None
         self.state = None      # (computed, blocks, Σ blocks, generated) of `ids` at the start
-        # plain leaps only (`joined`): the leap that goes on after this one's last round, in
-        # which some requests finished, with the rest; and B_migration as its plan publishes it
-        self.next: Leap | None = None
-        self.reserve = None
-
-    @property
-    def own_end(self) -> float:
-        return self.plain[2][-1] if self.plain is not None else self.rounds[-1].end
 
     @property
     def end(self) -> float:
-        lp = self
-        while lp.next is not None:
-            lp = lp.next
-        return lp.own_end
+        return self.plain[2][-1] if self.plain is not None else self.rounds[-1].end
 
     @property
     def num_rounds(self) -> int:
@@ -99,7 +86,10 @@ class Leap:
         w, st, ex = eng.worker, eng.st, eng.cpu.ex
         if self.plain is not None:
             starts, run_ends, ends = self.plain
-            w.main_busy_s = busy_after(w.main_busy_s, starts, run_ends)
+            busy = w.main_busy_s
+            for a, b in zip(starts, run_ends):
+                busy += (b - a) - 0.0           # run.end - run.start - run.shift
+            w.main_busy_s = busy
             for a, b, e in zip(starts, run_ends, ends):
                 if w.run_log is not None:
                     w.run_log.append((a, b))
@@ -134,19 +124,8 @@ class Leap:
         lc["assists_after"] += n_after
 
     def apply(self) -> None:
-        """At `end`: this leap's and the joined ones' accounting, KV, tokens and finished
-        requests, one after the other (as the leaps one by one would apply them)."""
-        self._apply(True)
-        lp = self.next
-        while lp is not None:
-            lp._apply(False)
-            lp = lp.next
-
-    def _apply(self, first: bool) -> None:
-        """Accounting, KV, tokens, finished requests (as k rounds of `GpuEngine._forward`).
-        A joined leap is applied as a leap of its own planned at its start (where the one
-        before it ended): its round count includes its plan's, its plan's B_migration is
-        published, and no prompt waited then (`joined`)."""
+        """At `end`: accounting, KV, tokens, finished requests (as k rounds of
+        `GpuEngine._forward`)."""
         self._account()
         eng = self.eng
         t, ids, bs = eng.ctx.table, self.ids, eng.pool.block_size
@@ -161,21 +140,18 @@ class Leap:
         # `emit_many` of the first k - 1 rounds, then `emit` of the last (none is a first token)
         eng.release(t.emit_steps(ids, self.plain[2] if self.plain is not None
                                  else [r.end for r in self.rounds], gen))
-        eng.counts["rounds"] += k - 1 if first else k
-        if not first:
-            eng.st.migration_reserve = self.reserve
-        end = self.own_end
+        eng.counts["rounds"] += k - 1
         rec = eng.ctx.recorder
         if rec.trace is not None:
             rec.trace.iteration(
                 f"GPU engine {eng.index}",
                 self.plain[0][0] if self.plain is not None else self.rounds[0].run.start,
-                end, f"decode x{k}",
+                self.end, f"decode x{k}",
                 steps=k, prefill_tokens=0, decodes=len(ids), kv_blocks_used=eng.pool.num_used,
                 host_kv_blocks_used=eng.st.host_pool.num_used)
         rec.num_iterations += k
-        rec.sample(end, eng.index, len(eng.running), len(eng.waiting) if self.next is None
-                   else 0, eng.pool.num_used, t.num_emitted)
+        rec.sample(self.end, eng.index, len(eng.running), len(eng.waiting), eng.pool.num_used,
+                   t.num_emitted)
 
 
 def plan_leap(eng, plan) -> Leap | None:
@@ -223,65 +199,8 @@ def plan_leap(eng, plan) -> Leap | None:
     lp.state = (c, held, H, g.tolist())
     s, p = free_at, now    # the next round's start, and when it was planned
     if not soft:
-        lp = _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
-        if lp is not None and a == math.inf and not eng.waiting and t.on_finish is None:
-            w = cpu.st.cpu_waiting
-            if not w or not cpu.st.ready[w[0]]:
-                joined(eng, lp, free, arrival)
-        return lp
+        return _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
     return _soft(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a, j, ex.layer)
-
-
-def joined(eng, lp: Leap, free: int, arrival: float) -> None:
-    """Plain leaps that go on through finishes, chained to `lp` (`Leap.next`).
-
-    A plain leap whose last round is the one in which its first requests finish would be
-    followed, when it is applied, by a round planned then for the others. That plan is
-    "decode every running request, nothing else", and the leap planned from it the plain leap
-    this works out, when what else the plan reads stays as it was when `lp` was planned:
-    no prompt waits and none arrived (the next round starts before the next arrival; closed-
-    loop clients, whose arrivals follow finishes, are excluded by the caller); the CPU engine
-    is idle for good with nothing running (no early swap-in, no mark to place) and its waiting
-    head, if any, unfinished and not ready, so neither the swap-in pass nor the CPU engine
-    (poked by the finish) can take it, whatever B_migration is. Only this engine and this leap
-    change the GPU pool and its requests meanwhile, so the blocks, contexts and counts after
-    the leap are known now; B_migration is what that plan would publish (deferred swap-in
-    marks at the head of Q_G, then the running requests)."""
-    t, st, bs = eng.ctx.table, eng.st, eng.pool.block_size
-    gcap = eng.pool.num_blocks
-    marks = [int(st.peak[r]) for r in eng.marks]
-    while True:
-        k = lp.num_rounds
-        c, held, H, gen = lp.state
-        left = t.output[lp.ids] - np.asarray(gen)
-        e = lp.own_end
-        if k != int(left.min()) or not e < arrival:
-            return                     # it stopped for another reason, or the next round would
-        grown = np.maximum(held, (c + (k + bs - 1)) // bs)
-        live = left > k
-        if not live.any():
-            return
-        free += int(grown[~live].sum()) - (int(grown.sum()) - H)
-        ids = lp.ids[live]
-        c, held = c[live] + k, grown[live]
-        g = [x + k for x, v in zip(gen, live.tolist()) if v]
-        H = int(held.sum())
-        kmax = min(int(left[live].min()) - k, LEAP_CAP)
-        kmax = largest_k(kmax, lambda j: int(np.maximum(held, (c + (j + bs - 1)) // bs).sum())
-                         - H <= free)
-        if kmax == 0:
-            return
-        nxt = Leap(eng, ids)
-        nxt.state = (c, held, H, g)
-        q = marks + st.peak[ids].tolist()
-        nxt.reserve = migration_blocks_of(q, sum(q), gcap)
-        B = len(ids)
-        if _plain(eng, nxt, B, int(c.sum()) + B, int(c.max()) + 1, kmax, e, e, arrival,
-                  math.inf) is None:
-            return
-        lp.next = nxt
-        eng.leap_counts["joined"] += 1
-        lp = nxt
 
 
 class _Run:
@@ -392,20 +311,6 @@ def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: f
         layer *= N
         layer += pre
         layer += post                             # pre + N · layer + post
-        if n >= VECTOR_ROUNDS:
-            take = chain_rounds(s, layer, i == 0, arrival, a)
-            if take is not None:                  # the loop below, in numpy
-                e = take[1]
-                if e:
-                    starts += take[0]
-                    run_ends += e
-                    ends += e
-                    p = s = e[-1]
-                    i += len(e)
-                if len(e) == n:
-                    n *= 2
-                    continue
-                break
         for x in layer.tolist():
             if i and not p < arrival:
                 break
@@ -427,51 +332,6 @@ def _plain(eng, lp: Leap, B: int, S0: int, cmax0: int, kmax: int, s: float, p: f
     eng._round_hint = (ends[-1] - starts[0]) / len(ends)
     lp.plain = (starts, run_ends, ends)
     return lp
-
-
-def chain_rounds(s: float, durations: np.ndarray, first: bool, arrival: float, a: float):
-    """`_plain`'s loop over rounds of these durations, the first starting (and planned) at
-    `s`, in numpy: (starts, ends) of the rounds it takes, as lists of floats; None where the
-    closed form does not hold (the loop must run instead).
-
-    The loop's round of duration x starting at s ends at `end = s + x + 0.0` and the next one
-    starts at `E = s + max(0.0, end − s)`. E == end whenever end − s is exact, which it is
-    once end ≤ 2·s (Sterbenz), i.e. after the first instant of the run; checked here for
-    every round. Then the ends are the running sum s + x0 + x1 + ... taken in order, which is
-    what np.cumsum computes (an accumulation adds one element at a time, never pairwise).
-    The loop stops before a round planned at or after `arrival` (not the very first one) or
-    whose end is not before `a`; both only grow along the chain, so the rounds taken are a
-    prefix found by binary search."""
-    c = np.empty(len(durations) + 1)
-    c[0] = s
-    c[1:] = durations
-    np.cumsum(c, out=c)
-    st, e = c[:-1], c[1:]
-    chk = e - st
-    np.maximum(chk, 0.0, out=chk)
-    chk += st
-    if not np.array_equal(chk, e):
-        return None
-    k = int(np.searchsorted(st, arrival, "left"))     # first round planned at/after arrival
-    if first and k == 0:
-        k = 1                                         # the first round is always planned
-    k = min(k, int(np.searchsorted(e, a, "left")))    # first round not ending before a
-    return st[:k].tolist(), e[:k].tolist()
-
-
-def busy_after(busy: float, starts: list, run_ends: list) -> float:
-    """`busy += (end − start) − 0.0` for each round, in order (the worker's main-busy sum):
-    a long run of rounds in numpy (differences elementwise, then a running sum, which adds in
-    order: the same floats)."""
-    if len(starts) < VECTOR_ROUNDS:
-        for a, b in zip(starts, run_ends):
-            busy += (b - a) - 0.0           # run.end - run.start - run.shift
-        return busy
-    c = np.empty(len(starts) + 1)
-    c[0] = busy
-    np.subtract(run_ends, starts, out=c[1:])
-    c[1:] -= 0.0
-    return float(np.cumsum(c)[-1])
 
 
 def sv_time(ch, nbytes: float) -> float:
