@@ -49,6 +49,7 @@ class CpuBatchExecutor:
         self._post_attn: dict[int, float] = {}
         self._post_layer: dict[int, float] = {}
         self._stage_fns: dict = {}   # CpuCostModel.stage_fn per batch size
+        self._routes: dict[int, int] = {}   # π_{P,F}(b) per batch size (P, F are fixed)
         self.next_s = None      # when this batch's CPU side next acts (None: not known / idle)
         self.route_now = None   # the route of the batch in progress
         self.j = 0              # Fused-Assist: assists of layers < j are done
@@ -56,7 +57,10 @@ class CpuBatchExecutor:
         self.pending = None     # the kind of assist it waits for on the event path
 
     def route(self, b: int) -> int:
-        return int(controls.route(self.p, self.f, b))
+        r = self._routes.get(b)
+        if r is None:
+            r = self._routes[b] = int(controls.route(self.p, self.f, b))
+        return r
 
     # -- GPU-side compute of one assist (s), per batch size -----------------------------------
     def gpu_post_attention_s(self, b: int) -> float:

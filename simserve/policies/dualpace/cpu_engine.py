@@ -128,7 +128,7 @@ class CpuEngine(EngineBase):
             if (st.owner[ids] != CPU).any():
                 raise RuntimeError("CPU engine: batch holds a request it does not own")
             ctx = t.computed[ids] + 1
-            nb = np.maximum(-(-ctx // bs) - st.host_blocks[ids], 0)
+            nb = np.maximum((ctx + (bs - 1)) // bs - st.host_blocks[ids], 0)  # ceil − held
             st.host_pool.allocate(int(nb.sum()))
             st.host_blocks[ids] += nb
             ctx_sum = int(ctx.sum())

@@ -167,7 +167,7 @@ class GpuEngine(EngineBase):
         bs = self.pool.block_size
         dec = np.asarray(plan.decodes + plan.swap_in, dtype=np.int64)
         ctx = t.computed[dec] + 1                      # each decode's attention length
-        nb = np.maximum(-(-ctx // bs) - t.blocks[dec], 0)
+        nb = np.maximum((ctx + (bs - 1)) // bs - t.blocks[dec], 0)   # ceil(ctx / bs) − held
         self.pool.allocate(int(nb.sum()))
         t.blocks[dec] += nb
         if (st.owner[dec] != GPU).any():

@@ -133,7 +133,7 @@ class Leap:
         # the contexts, blocks and token counts read when the leap was planned: only this
         # engine changes them for the requests it runs, and it slept since
         c, held, held_sum, gen = self.state
-        grown = np.maximum(held, -(-(c + k) // bs))
+        grown = np.maximum(held, (c + (k + bs - 1)) // bs)       # ceil((c + k) / bs), c ≥ 0
         eng.pool.allocate(int(grown.sum()) - held_sum)
         t.blocks[ids] = grown
         t.computed[ids] = c + k
@@ -183,11 +183,13 @@ def plan_leap(eng, plan) -> Leap | None:
         return None
     if free_at > now and not soft:
         return None
-    ids = np.asarray(eng.running, dtype=np.int64)
-    c, held, g = t.computed[ids], t.blocks[ids], t.generated[ids]
+    ids, c, held = plan.running      # what plan_round read this step (plan.decodes == running)
+    g = t.generated[ids]
     bs, free, H = eng.pool.block_size, eng.pool.num_free, int(held.sum())
     kmax = min(int((t.output[ids] - g).min()), LEAP_CAP)
-    kmax = largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
+    # KV of k more tokens each: ceil((c + k) / bs) blocks, as (c + k + bs − 1) // bs (c ≥ 0)
+    kmax = largest_k(kmax, lambda k: int(np.maximum(held, (c + (k + bs - 1)) // bs).sum())
+                     - H <= free)
     B = len(ids)
     S0, cmax0 = int(c.sum()) + B, int(c.max()) + 1      # Σ (c + 1) and max (c + 1), as ints
     # prompts that wait now wait on: admission stops at the head of the queue, and what it

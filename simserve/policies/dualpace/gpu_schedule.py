@@ -27,7 +27,7 @@ class Plan:
     """One round's decisions (a plain class: one is built per round)."""
 
     __slots__ = ("victims", "decodes", "swap_in", "to_gpu", "to_cpu", "marks", "chunks",
-                 "migration_only")
+                 "migration_only", "running")
 
     def __init__(self):
         self.victims: list = []
@@ -38,6 +38,9 @@ class Plan:
         self.marks: list = []
         self.chunks: dict = {}          # prompt tokens prefilled this round
         self.migration_only = False
+        # (ids, computed, blocks) of the running queue as the plan read them (int64 arrays):
+        # a leap planned in the same step reuses them (nothing changes them in between)
+        self.running = None
 
     @property
     def empty(self) -> bool:
@@ -70,7 +73,11 @@ def plan_round(eng) -> Plan:
     eng.marks = [r for r in eng.marks if st.marked[r]]
     run = eng.running
     ids = np.fromiter(run, dtype=np.int64, count=len(run))
-    nb = np.maximum(-(-(t.computed[ids] + 1) // bs) - t.blocks[ids], 0)
+    comp, held = t.computed[ids], t.blocks[ids]
+    plan.running = (ids, comp, held)
+    # blocks each decode needs for one more token: ceil((c + 1) / bs) − held, at least 0
+    # ((c + bs) // bs is that ceiling for c ≥ 0, two numpy calls fewer than −(−(c + 1) // bs))
+    nb = np.maximum((comp + bs) // bs - held, 0)
     free = gp.num_free
     need = int(nb.sum())
     host_growth = None      # Eq. 3 over the CPU batch: read by steps 2 and 5 only, when they run
