@@ -28,6 +28,24 @@ def requests(draw, max_n: int, max_prompt: int, max_output: int, max_gap: float 
     return workload(arrival, prompt, output), prompt, output, need
 
 
+@st.composite
+def conflux_scenarios(draw):
+    """Random small ConfluxServe runs: (workload, policy parameters) with tight KV pools, so
+    growth does not always fit and leaps are cut where the KV stops fitting."""
+    w, _, _, need = draw(requests(14, 6000, 400, 0.25))
+    need = int(need / 0.95) + 2
+    return w, dict(num_gpu_blocks_override=draw(st.integers(need, need * 2)),
+                   scheduler=draw(st.sampled_from(["slo", "fcfs"])),
+                   tbt_ms=draw(st.sampled_from([50.0, 100.0, 400.0])))
+
+
+# short prompts placed together outgrow their ranks' pools while they decode: leaps stop where
+# the KV stops fitting, then decodes are preempted
+CONFLUX_PREEMPTING = (workload(np.zeros(12), np.full(12, 100), np.full(12, 2000)),
+                      dict(num_gpu_blocks_override=300, headroom=0.0, scheduler="slo",
+                           tbt_ms=100.0))
+
+
 def assert_every_token_in_order(records, w: Workload) -> None:
     """Every request got all its tokens, none missing, strictly after it arrived, in order."""
     for i in range(w.num_requests):

@@ -14,7 +14,7 @@ from simserve.policies.conflux import engine as conflux_engine
 from simserve.policies.conflux import leap as conflux_leap
 from simserve.policies.sp_ranks import SpRanksEngine
 from simserve.run import simulate_point
-from tests.helpers import requests, workload
+from tests.helpers import CONFLUX_PREEMPTING, conflux_scenarios, workload
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 QWEN14 = get_model("qwen3-14b")
@@ -24,20 +24,9 @@ def _run(w, **kw):
     return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **kw)
 
 
-@st.composite
-def scenarios(draw):
-    w, _, _, need = draw(requests(14, 6000, 400, 0.25))
-    need = int(need / 0.95) + 2   # tight pools: growth that does not fit, leaps cut short
-    return w, dict(num_gpu_blocks_override=draw(st.integers(need, need * 2)),
-                   scheduler=draw(st.sampled_from(["slo", "fcfs"])),
-                   tbt_ms=draw(st.sampled_from([50.0, 100.0, 400.0])))
-
-
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-# short prompts placed together outgrow their ranks' pools while they decode (preemptions)
-@example((workload(np.zeros(12), np.full(12, 100), np.full(12, 2000)),
-          dict(num_gpu_blocks_override=300, headroom=0.0, scheduler="slo", tbt_ms=100.0)))
+@given(conflux_scenarios())
+@example(CONFLUX_PREEMPTING)
 def test_few_decodes_in_plain_ints_match_the_array_path(sc):
     """FEW_DECODES = 0 sends every decode state and leap through numpy's gathers (and the
     samples through `SpRanksEngine._sample`): the same token times, preemptions, iterations,

@@ -23,7 +23,7 @@ from simserve.policies.conflux.placement import place_decode
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_ranks import SpRanksEngine, blocks_for, shard_blocks
 from simserve.run import simulate_point
-from tests.helpers import requests, workload
+from tests.helpers import CONFLUX_PREEMPTING, conflux_scenarios
 
 H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 QWEN14 = get_model("qwen3-14b")
@@ -268,21 +268,9 @@ def _run(w, **kw):
     return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **kw)
 
 
-@st.composite
-def scenarios(draw):
-    w, _, _, need = draw(requests(14, 6000, 400, 0.25))
-    need = int(need / 0.95) + 2   # tight pools: leaps cut short where the KV stops fitting
-    return w, dict(num_gpu_blocks_override=draw(st.integers(need, need * 2)),
-                   scheduler=draw(st.sampled_from(["slo", "fcfs"])),
-                   tbt_ms=draw(st.sampled_from([50.0, 100.0, 400.0])))
-
-
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-# short prompts placed together outgrow their ranks' pools while they decode: leaps stop
-# where the KV stops fitting, then decodes are preempted
-@example((workload(np.zeros(12), np.full(12, 100), np.full(12, 2000)),
-          dict(num_gpu_blocks_override=300, headroom=0.0, scheduler="slo", tbt_ms=100.0)))
+@given(conflux_scenarios())
+@example(CONFLUX_PREEMPTING)
 def test_instance_leap_and_decode_state_match_the_shared_paths(sc):
     """The instance's leap takes `sp_leap.leap_ranks`' steps (token times, samples, pools);
     its decode state is `_rank_states()` / `_rank_max()`; a decode-only iteration costs what

@@ -219,15 +219,15 @@ class SpCostModel:
                      ctxs: list[int], num_sample_rows: int, dmax: list[int]) -> float:
         """`iteration_s(n_p, n_d, dctx, chunks, ctxs, num_sample_rows, dmax)` of an iteration
         that prefills (some n_p > 0), every argument a Python int or a list of them: the same
-        operations on the same values, without the general entry's conversions and calls."""
+        operations on the same values, without the general entry's conversions."""
         b = self.base
         tokens = [p + d for p, d in zip(n_p, n_d)]
         busiest = max(tokens)
         b._ensure(busiest if busiest >= num_sample_rows else num_sample_rows)
         dense = b._dense
         t_lin = max([dense[x] for x in tokens])   # dense_layer_us of each rank
-        t_p = self.comm_us(max(n_p)) + float(self.sp_prefill_attn(chunks, ctxs))
-        t_d = None   # decode_path_us: the first largest of the ranks' decode attention
+        t_p = self.prefill_path_us(max(n_p), chunks, ctxs)
+        t_d = None   # `decode_path_us` on ints: the first largest rank's decode attention
         attn1 = self.rank_attn1
         for r, k in enumerate(n_d):
             if k > 0:
@@ -235,8 +235,8 @@ class SpCostModel:
                 if t_d is None or v > t_d:
                     t_d = v
         layer = t_lin + self.split_attention_us(t_p, t_d)
-        return (b.iter_us + b.per_seq_us * (max(n_d) + len(chunks))
-                + b.forward_us(busiest, layer, num_sample_rows)) * 1e-6
+        return (self.host_us(n_d, len(chunks)) + b.forward_us(busiest, layer, num_sample_rows)) \
+            * 1e-6
 
     def host_us(self, n_d, num_chunks: int) -> float:
         """The iteration's host scheduling cost (the base model's), for the busiest rank's
