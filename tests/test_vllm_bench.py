@@ -211,8 +211,11 @@ def test_make_workload_passes_the_vllm_keys():
 
 # ------------------------------------------------------------------------ streamed records
 
-def test_streamed_run_writes_the_same_requests_and_summary(tmp_path, monkeypatch):
+@pytest.mark.parametrize("digest_process", ["0", "1"])
+def test_streamed_run_writes_the_same_requests_and_summary(tmp_path, monkeypatch, digest_process):
+    # "1": every point's chunks are digested and written by a child process (record_sink)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    monkeypatch.setenv("SIMSERVE_STREAM_PROCESS", digest_process)
     p = tmp_path / "s.yaml"
     p.write_text("model: llama-3.1-8b\nhardware: {gpu: h100-sxm, num_gpus: 2}\n"
                  "workload: {trace: synthetic-conversation, num_requests: 600, rates: [6, 9]}\n"
@@ -288,3 +291,32 @@ def test_python_api_takes_the_client_keys():
                                                                "random_output_len": 16})
     assert r.summary["max_concurrency"] == 4
     assert _in_flight_max(r.requests.arrival_s.to_numpy(), r.requests.finish_s.to_numpy()) == 4
+
+
+def test_a_failing_digest_process_ends_the_run_with_its_error(tmp_path):
+    from simserve.metrics import SLO
+    from simserve.metrics_stream import RecordStream
+    from simserve.runner.digest_process import DigestProcess
+    w = build_workload("synthetic-conversation", num_requests=300, arrival="poisson", rate=10.0,
+                       seed=4, max_context=131072)
+    digest = DigestProcess(SLO(500, 50), tmp_path / "no-such-folder" / "requests.csv", True,
+                           ("vllm", 10.0, 4))
+    st = RecordStream(SLO(500, 50), digest=digest, token_window=4096, chunk=64)
+    with pytest.raises(RuntimeError, match="digest process failed(.|\n)*no-such-folder"):
+        simulate_point(w, "llama-3.1-8b", H100, "vllm", stream=st)
+        st.summary()
+    digest.close()
+    assert digest._proc.poll() is not None  # the child is gone
+
+
+def test_only_large_points_on_a_spare_core_get_a_digest_process(tmp_path, monkeypatch):
+    from simserve.runner import record_sink
+    monkeypatch.delenv("SIMSERVE_STREAM_PROCESS", raising=False)
+    sink = record_sink.RecordSink(tmp_path / "r.csv")
+    monkeypatch.setattr(record_sink, "_spare_core", lambda: True)
+    assert sink.use_process(record_sink.PROCESS_MIN_REQUESTS)
+    assert not sink.use_process(record_sink.PROCESS_MIN_REQUESTS - 1)
+    monkeypatch.setattr(record_sink, "_spare_core", lambda: False)
+    assert not sink.use_process(10 * record_sink.PROCESS_MIN_REQUESTS)
+    monkeypatch.setenv("SIMSERVE_STREAM_PROCESS", "1")
+    assert sink.use_process(1)

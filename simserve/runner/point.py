@@ -11,6 +11,7 @@ from pathlib import Path
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.csv_chunks import csv_text
+from simserve.runner.record_sink import RecordSink, label_frame
 from simserve.runner.config import ExperimentConfig, PolicySpec
 from simserve.runner.storage import (atomic_folder, out_lock, records_frame, write_config,
                                      write_records)
@@ -79,45 +80,45 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int,
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
-              workload: Workload | None = None, requests_sink=None,
+              workload: Workload | None = None, requests_sink: RecordSink | None = None,
               progress=False, trace_events=None) -> PointResult:
-    """One point. With `requests_sink(frame)` the run is streamed: per-request rows go to the
-    sink in chunks as requests finish and `requests` is None (memory stays flat).
+    """One point. With `requests_sink` the run is streamed: per-request rows go to the sink in
+    chunks as requests finish and `requests` is None (memory stays flat).
     `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`)."""
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
-
-    def label(frame: pd.DataFrame) -> pd.DataFrame:
-        frame.insert(0, "seed", pt.seed)
-        frame.insert(0, "request_rate", pt.rate)
-        frame.insert(0, "policy", pt.policy.label)
-        return frame
-
-    stream = None
+    labels = (pt.policy.label, pt.rate, pt.seed)
+    stream = digest = None
     if requests_sink is not None:
         from simserve.metrics_stream import RecordStream
-        stream = RecordStream(cfg.slo, lambda f: requests_sink(label(f)))
-    res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name, pt.policy.config,
-                                    seed=pt.seed, stream=stream, progress=progress,
-                                    trace_events=trace_events)
-    hw = cfg.hardware
-    summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
-               "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
-               "num_dropped": int(wl.num_dropped),
-               "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
-               "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
-               "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
-    if res.stats.get("counters"):         # CPU-tier policies: the mechanism at work
-        summary["counters"] = res.stats["counters"]
+        digest = requests_sink.digest(cfg.slo, labels, wl.num_requests)
+        stream = RecordStream(cfg.slo, digest=digest)
+    try:
+        res: SimResult = simulate_point(wl, cfg.model, hardware, pt.policy.name,
+                                        pt.policy.config, seed=pt.seed, stream=stream,
+                                        progress=progress, trace_events=trace_events)
+        hw = cfg.hardware
+        summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
+                   "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
+                   "num_dropped": int(wl.num_dropped),
+                   "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
+                   "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
+                   "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
+        if res.stats.get("counters"):         # CPU-tier policies: the mechanism at work
+            summary["counters"] = res.stats["counters"]
+        if stream is not None:
+            summary.update(stream.summary())
+    finally:
+        if getattr(digest, "close", None) is not None:
+            digest.close()  # a digest process: stopped if the run failed before its result
     if stream is not None:
-        summary.update(stream.summary())
         summary.update(res.stats.get("prefix_cache_summary", {}))
         return PointResult(pt, summary, None, res.stats, res.recorder.frame)
     summary.update(summarize(res.records, cfg.slo))
     summary.update(res.stats.get("prefix_cache_summary", {}))
     records = res.records
-    return PointResult(pt, summary, lambda: label(request_frame(records, cfg.slo)), res.stats,
-                       res.recorder.frame)
+    return PointResult(pt, summary, lambda: label_frame(request_frame(records, cfg.slo), labels),
+                       res.stats, res.recorder.frame)
 
 
 def run_date(epoch: str | None = None) -> str:
@@ -209,15 +210,9 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
             write_results(cfg, results, Path(out))
         return results
     if out is None:
-        return run_all(lambda frame: None)
+        return run_all(RecordSink(None))
     with atomic_folder(Path(out).resolve()) as tmp:
-        with open(tmp / "requests.csv", "w", newline="") as f:
-            first_chunk = [True]
-
-            def sink(frame: pd.DataFrame) -> None:
-                f.write(csv_text(frame, header=first_chunk[0]))
-                first_chunk[0] = False
-            results = run_all(sink)
+        results = run_all(RecordSink(tmp / "requests.csv"))
         _write_summary_files(tmp, cfg, results)
     return results
 
