@@ -27,10 +27,13 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 class DigestProcess:
     def __init__(self, slo, path, header: bool, label: tuple):
+        import site
+
         import simserve
         env = dict(os.environ)
         root = str(Path(simserve.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        if root not in site.getsitepackages():  # a checkout: the child imports this simserve
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen([sys.executable, "-m", "simserve.runner.digest_process"],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._send((slo, None if path is None else str(path), header, label))

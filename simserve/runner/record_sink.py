@@ -70,6 +70,9 @@ class RecordSink:
         header, self.header = self.header, False  # every point has rows
         if self.use_process(num_requests):
             from simserve.runner.digest_process import DigestProcess
-            return DigestProcess(slo, self.path, header, label)
+            try:
+                return DigestProcess(slo, self.path, header, label)
+            except OSError:  # no child process here: digest in-process
+                pass
         write = None if self.path is None else CsvAppender(self.path, header, label)
         return ChunkDigest(slo, write)
