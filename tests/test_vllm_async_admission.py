@@ -65,3 +65,36 @@ def test_an_idle_engine_schedules_a_new_request_at_once(monkeypatch):
                    leap=False, enable_prefix_caching=False)
     k = _first_step(steps, 1)
     assert steps[k][0] == pytest.approx(reached[1])
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_a_leap_goes_on_through_the_step_scheduled_before_a_request_reached_it(
+        monkeypatch, prefix_caching):
+    # Under async scheduling the step after the one in flight when a request reaches the
+    # engine was scheduled without it: one leap covers both (`ChunkedEngine._go_past`), with
+    # the same token times as stepping and a sample where stepping's engine woke.
+    commits = []
+    commit = ChunkedEngine._commit_leap
+
+    def rec_commit(self, p, k):
+        commits.append((p.reach_step, k, p.ends[p.reach_step - 1] if p.reach_step else None))
+        return commit(self, p, k)
+
+    monkeypatch.setattr(ChunkedEngine, "_commit_leap", rec_commit)
+    w = Workload(arrival_s=np.array([0.0, 0.01, 0.3013, 0.6007, 0.9001]),
+                 prompt_tokens=np.array([3000, 2000, 40, 500, 64]),
+                 output_tokens=np.array([300, 250, 4, 4, 4]))
+    runs = [simulate_point(w, "llama-3.1-8b", HardwareConfig(gpu="h200-sxm"), "vllm",
+                           engine="vllm", leap=leap, enable_prefix_caching=prefix_caching)
+            for leap in (True, False)]
+    gone_on = [t for j, k, t in commits if j and k == j + 1]
+    assert gone_on  # a leap went on one step past a request's arrival
+    a, b = (r.records for r in runs)
+    assert np.array_equal(a.token_times_s, b.token_times_s)
+    assert runs[0].stats["num_iterations"] == runs[1].stats["num_iterations"]
+    # every state a leap samples is one stepping passes through (one engine: tokens too)
+    leapt, stepped = (r.recorder.frame() for r in runs)
+    key = list(leapt.columns)
+    assert len(leapt.merge(stepped, on=key)) == len(leapt) < len(stepped)
+    waited = set(leapt.t_s[leapt.num_waiting > 0])
+    assert set(gone_on) <= waited  # sampled where stepping's engine woke to the waiting request

@@ -388,7 +388,8 @@ class ChunkedEngine(EngineBase):
 
         A leap stops at the first step ending at or after the next time one of this
         engine's own requests reaches its queue (`_bound_leap` moves that earlier when a new
-        one arrives) and where KV runs out. While nobody waits it runs on through finishes
+        one arrives; under async scheduling one step later, the step already scheduled when
+        it arrived: `_go_past`) and where KV runs out. While nobody waits it runs on through finishes
         (segments of `vllm_leap`; the router sees a finish from its time, `load`), else it
         stops at the first. It is priced up to the next arrival anywhere and extended past
         it when the router sends that arrival elsewhere, so replicas do not stop for each
@@ -415,6 +416,8 @@ class ChunkedEngine(EngineBase):
             return 0
         p = PendingLeap(ids, c, g, room, r, self.clock, kmax, self._own_next_s(),
                         sum(c) + B, max(c) + 1, min(first, kmax), segs, sizes=[B])
+        if self._async and self.ctx.recorder.trace is None:  # (a timeline keeps its leaps)
+            p.after = 1
         self._price(p)
         self._pending = p
         return 1
@@ -451,6 +454,11 @@ class ChunkedEngine(EngineBase):
             k += len(ends)
             clock = ends[-1]
             if clock >= stop:
+                if stop == p.own and p.after and not p.reach_step:
+                    self._go_past(p, bisect.bisect_left(out, stop) + 1)
+                    if p.reach_step:  # price the steps already scheduled then
+                        stop = INF
+                        continue
                 break
         p.open = k < p.kmax and glob < p.own and clock >= glob
 
@@ -492,9 +500,27 @@ class ChunkedEngine(EngineBase):
         k = bisect.bisect_left(p.ends, own) + 1
         if k <= len(p.ends):  # priced past it already
             p.open = p.more = False
+            if p.after and not p.reach_step:
+                self._go_past(p, k)
+                if p.reach_step:
+                    k = p.kmax
+                    p.more = k > len(p.ends)  # the step past it is still to price
             if k < len(p.ends):
                 p.cut(k)
                 self._proc.interrupt()  # wake at the new last step
+
+    def _go_past(self, p: PendingLeap, j: int) -> None:
+        """Step j of the pending leap is the first to end at or after `p.own`, when one of
+        this engine's requests reaches its queue. Under async scheduling the step after it
+        was scheduled before the request arrived (`_head_seen`), so stepping decodes it with
+        the same batch whatever the request: the leap goes on through it (`p.after` steps, at
+        most `kmax`, whose bounds already hold its KV and the waiting head's blockage) and
+        records j (`reach_step`), where stepping's engine woke and sampled. An exact tie of
+        the arrival with step j's end is left to stepping (the order of the two events)."""
+        if j < p.kmax and p.ends[j - 1] != p.own:
+            p.reach_step = j
+            p.kmax = min(p.kmax, j + p.after)
+            p.seg_end = min(p.seg_end, p.kmax)
 
     def _deliver_before(self, now: float) -> None:
         """Submit to the front end the output work of the pending steps that ended before
@@ -529,7 +555,7 @@ class ChunkedEngine(EngineBase):
         if self.frontend is not None:
             j = len(p.delivered)
             times = p.delivered[:k] if j >= k else p.delivered + self._deliver_steps(p, j, k)
-        if len(p.starts) > 1:
+        if len(p.starts) > 1 or 0 < p.reach_step < k:
             self._commit_segments(p, k, times)
             return
         grow = [i for i, r in enumerate(p.room) if r < k]  # those needing new blocks
@@ -563,8 +589,14 @@ class ChunkedEngine(EngineBase):
         emitted0 = t.num_emitted
         done = t.emit_runs(ids, times, p.g, steps)
         bounds = [s for s in p.starts[1:] if s < k] + [k]
+        sizes = p.sizes[:len(bounds)]
+        j = p.reach_step
+        if 0 < j < k and j not in bounds:  # stepping's engine woke at step j: a sample there
+            i = bisect.bisect_left(bounds, j)
+            bounds.insert(i, j)
+            sizes.insert(i, sizes[i])
         a, held = 0, 0
-        for b, B in zip(bounds, p.sizes):
+        for b, B in zip(bounds, sizes):
             nb = new_blocks_upto(room, r, b, bs)
             if nb > held:
                 pool.allocate(nb - held)
@@ -579,10 +611,16 @@ class ChunkedEngine(EngineBase):
             if fin is not None:
                 self._finish(fin)
             rec.sample(self.clock, self.index, len(self.running),
-                       len(self.waiting) if b == k else 0, pool.num_used,
-                       emitted0 + sum(s if s < b else b for s in steps))
+                       len(self.waiting) if b == k else self._waiting_at(self.clock) if b == j
+                       else 0, pool.num_used, emitted0 + sum(s if s < b else b for s in steps))
             a = b
         rec.num_iterations += k
+
+    def _waiting_at(self, t: float) -> int:
+        """Requests waiting at t, before the queue's later arrivals (async scheduling keeps
+        when each reached it)."""
+        reached = self._reached
+        return sum(1 for r in self.waiting if reached.get(r, -1.0) < t)
 
     # -- admission of waiting requests (FCFS, head-of-line blocking) -------------------------
     def _admit(self, ids, n):

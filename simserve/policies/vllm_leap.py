@@ -74,7 +74,10 @@ class PendingLeap:
     requests can reach its queue (a step ending at or after it is the last); `open`: priced
     only up to an arrival that may go to another engine; `more`: priced up to a horizon only
     (nothing bounds it yet); `delivered`: when clients receive the first steps' tokens (their
-    output work was submitted to the front end ahead of a front-end event).
+    output work was submitted to the front end ahead of a front-end event). `after`: the steps
+    it goes on past the first one ending at or after `own` (1 under async scheduling: the
+    engine had scheduled that step before the request reached it, so stepping decodes it
+    without the request), and `reach_step`, that first step once the leap goes on past it.
 
     Segments: `starts[j]` is the step index where segment j begins and `sizes[j]` its batch
     size (priced segments only); the current (last) one's Σ context and longest context at
@@ -98,6 +101,8 @@ class PendingLeap:
     open: bool = False
     more: bool = False
     delivered: list = dataclasses.field(default_factory=list)  # clients' times, first steps
+    after: int = 0
+    reach_step: int = 0
 
     @property
     def B(self) -> int:
