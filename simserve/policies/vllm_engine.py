@@ -389,9 +389,9 @@ class ChunkedEngine(EngineBase):
         A leap stops at the first step ending at or after the next time one of this
         engine's own requests reaches its queue (`_bound_leap` moves that earlier when a new
         one arrives; under async scheduling one step later, the step already scheduled when
-        it arrived: `_go_past`) and where KV runs out. While nobody waits it runs on through finishes
-        (segments of `vllm_leap`; the router sees a finish from its time, `load`), else it
-        stops at the first. It is priced up to the next arrival anywhere and extended past
+        it arrived: `_go_past`) and where KV runs out. While nobody waits it runs on through
+        finishes (segments of `vllm_leap`; the router sees a finish from its time, `load`),
+        else it stops at the first. It is priced up to the next arrival anywhere and extended past
         it when the router sends that arrival elsewhere, so replicas do not stop for each
         other's arrivals. With vLLM's front end, the output work of the steps that ended
         before a front-end event (an admission submitted or completed) is submitted just
