@@ -1,0 +1,42 @@
+"""DualPace's fast paths against the slow paths they replace: the same integers (the GPU
+engine's round planning and leaps read the KV of a few dozen decodes as Python ints instead
+of numpy arrays; where an equivalence is not plain arithmetic it is checked here)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simserve.policies.dualpace.gpu_leap import steps_that_fit
+from simserve.sim.leap import largest_k
+
+
+def _largest_k(kmax, cl, hl, bs, free):
+    c, held = np.asarray(cl, dtype=np.int64), np.asarray(hl, dtype=np.int64)
+    H = int(held.sum())
+    return largest_k(kmax, lambda k: int(np.maximum(held, -(-(c + k) // bs)).sum()) - H <= free)
+
+
+@st.composite
+def _batches(draw):
+    bs = draw(st.sampled_from([1, 2, 16, 32]))
+    n = draw(st.integers(1, 40))
+    cl = draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
+    # blocks held: ceil(c / bs) as the engine keeps them, sometimes more (the general path)
+    extra = draw(st.lists(st.sampled_from([0, 0, 0, 1, 3]), min_size=n, max_size=n))
+    hl = [-(-c // bs) + e for c, e in zip(cl, extra)]
+    return bs, cl, hl, draw(st.integers(0, 4096)), draw(st.integers(0, 3 * n + 50))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_batches())
+def test_steps_that_fit_is_largest_k_of_the_kv_that_fits(b):
+    bs, cl, hl, kmax, free = b
+    assert steps_that_fit(kmax, cl, hl, bs, free) == _largest_k(kmax, cl, hl, bs, free)
+
+
+def test_steps_that_fit_when_nothing_fits_and_when_everything_fits():
+    # c = 32 on 2 blocks of 16: the next token needs a block
+    assert steps_that_fit(10, [32, 32], [2, 2], 16, 0) == _largest_k(10, [32, 32], [2, 2], 16, 0) == 0
+    assert steps_that_fit(10, [32, 32], [2, 2], 16, 2) == 10
+    assert steps_that_fit(40, [32, 33], [2, 3], 16, 2) == _largest_k(40, [32, 33], [2, 3], 16, 2)
