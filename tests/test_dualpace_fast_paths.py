@@ -8,7 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simserve.policies.dualpace.gpu_leap import steps_that_fit
+from simserve.policies.dualpace.state import SharedState
 from simserve.sim.leap import largest_k
+from tests.test_dualpace_engine import FAST, Sim
+from tests.test_dualpace_leap import _loaded, scenarios
 
 
 def _largest_k(kmax, cl, hl, bs, free):
@@ -40,3 +43,41 @@ def test_steps_that_fit_when_nothing_fits_and_when_everything_fits():
     assert steps_that_fit(10, [32, 32], [2, 2], 16, 0) == _largest_k(10, [32, 32], [2, 2], 16, 0) == 0
     assert steps_that_fit(10, [32, 32], [2, 2], 16, 2) == 10
     assert steps_that_fit(40, [32, 33], [2, 3], 16, 2) == _largest_k(40, [32, 33], [2, 3], 16, 2)
+
+
+
+def _checked_growth(reads: dict):
+    """`SharedState.running_growth` that asserts, at every read, that the kept value is Eq. 3
+    over the CPU batch worked out afresh (counting reads, and those the kept value served)."""
+    kept = SharedState.running_growth
+
+    def checked(self):
+        hit = self._growth is not None and self._growth[0] is self.cpu_running
+        v = kept(self)
+        assert v == self.host_growth(self.cpu_running)
+        reads["all"] += 1
+        reads["kept"] += hit
+        return v
+    return checked
+
+
+@settings(max_examples=25, deadline=None)
+@given(scenarios())
+def test_kept_host_growth_is_eq3_over_the_cpu_batch_at_every_read(sc):
+    w, params = sc
+    reads = {"kept": 0, "all": 0}
+    kept = SharedState.running_growth
+    SharedState.running_growth = _checked_growth(reads)
+    try:
+        for leap in (True, False):
+            Sim(w, dict(params, leap=leap))
+    finally:
+        SharedState.running_growth = kept
+
+
+def test_kept_host_growth_is_read_often_and_stays_eq3(monkeypatch):
+    reads = {"kept": 0, "all": 0}
+    monkeypatch.setattr(SharedState, "running_growth", _checked_growth(reads))
+    Sim(_loaded(n=150, rate=6.0), dict(FAST, cpu_batch_limit=256, num_gpu_blocks_override=2000,
+                                       num_cpu_blocks_override=40_000))
+    assert reads["kept"] > 10 and reads["all"] > reads["kept"]

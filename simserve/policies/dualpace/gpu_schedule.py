@@ -76,7 +76,7 @@ def plan_round(eng) -> Plan:
     cpu_waiting_was_empty = not st.cpu_waiting
     eng.marks = [r for r in eng.marks if st.marked[r]]
     run = eng.running
-    ids = np.fromiter(run, dtype=np.int64, count=len(run))
+    ids = np.array(run, dtype=np.int64)
     comp, held = t.computed[ids], t.blocks[ids]
     cl, hl = comp.tolist(), held.tolist()
     plan.running = (ids, comp, held, cl, hl)
@@ -93,7 +93,7 @@ def plan_round(eng) -> Plan:
     # finish peak stays in Q_G (at the eviction tail, the youngest) until it joins the decodes
     part_peaks = [int(st.peak[r]) for r in gpu_partial(eng)]
     if need > free:                                                   # step 2
-        host_growth = st.host_growth(st.cpu_running)
+        host_growth = st.running_growth()
         short, freed = need - free, 0
         alive = np.ones(len(run), dtype=bool)
         peaks = st.peak[ids]
@@ -190,7 +190,7 @@ def plan_round(eng) -> Plan:
         cand.append(r)
     if cand:
         if host_growth is None:
-            host_growth = st.host_growth(st.cpu_running)
+            host_growth = st.running_growth()
         c = np.asarray(cand, dtype=np.int64)
         pr = t.prompt[c]
         res = admit_prefills(
