@@ -166,13 +166,19 @@ class GpuEngine(EngineBase):
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = self.pool.block_size
         dl = plan.decodes + plan.swap_in
-        dec = np.asarray(dl, dtype=np.int64)
-        comp = t.computed[dec]
+        ids, comp, _, cl, hl = plan.running
+        if plan.victims or plan.swap_in or len(dl) != len(cl):
+            dec = np.asarray(dl, dtype=np.int64)
+            comp = t.computed[dec]
+            cl, hl = comp.tolist(), t.blocks[dec].tolist()
+        else:
+            # every running request decodes, as the plan read them: `_commit` moved nothing
+            # and did not yield (no victims, no swap-ins), so their KV is unchanged since
+            dec = ids
         ctx = comp + 1                                 # each decode's attention length
         # ceil(ctx / bs) − held, at least 0, on Python ints (a few dozen decodes: cheaper than
         # numpy calls; the same integers)
-        hl = t.blocks[dec].tolist()
-        nb = [d if (d := (c + bs) // bs - h) > 0 else 0 for c, h in zip(comp.tolist(), hl)]
+        nb = [d if (d := (c + bs) // bs - h) > 0 else 0 for c, h in zip(cl, hl)]
         self.pool.allocate(sum(nb))
         t.blocks[dec] = np.asarray([h + x for h, x in zip(hl, nb)], dtype=np.int64)
         if st.owner[dec].tolist().count(GPU) != len(dl):
