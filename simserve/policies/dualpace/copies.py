@@ -37,6 +37,7 @@ class CopyStream:
         self.booked = 0                      # of which counted on the channel
         self.cont = None                     # the event-driven rest after an interrupt
         self.moved = False                   # assists served since `end_s` was projected
+        self._projected = None               # (copy ends, j, phase, T) of the loop run to its end
         closed = False
         if w.closed_form:
             w.copies = self                  # assists go through `serve` while copies are on
@@ -83,10 +84,12 @@ class CopyStream:
         self.j, self.phase, self.T = j, ph, T
 
     def _projected_end(self) -> float:
-        """When the last copy ends if no assist comes."""
+        """When the last copy ends if no assist comes. The loop run to its end is kept
+        (`_projected`): with no assist served since, running it again gives the same."""
         j, ph, T, n = self.j, self.phase, self.T, len(self.ends)
         self._advance(math.inf)
         end = self.ends[-1]
+        self._projected = (self.ends[n:], self.j, self.phase, self.T)
         del self.ends[n:]
         self.j, self.phase, self.T = j, ph, T
         return end
@@ -146,7 +149,10 @@ class CopyStream:
             self.end_s = self._projected_end()
             if self.end_s <= self.env.now:
                 break
-        self._advance(math.inf)
+        # no assist since the last projection (`moved` is false): nothing stepped the loop
+        # or shifted the run since, so `_advance(math.inf)` would end where it did then
+        tail, self.j, self.phase, self.T = self._projected
+        self.ends += tail
         self._book(math.inf)
         yield from self._finish()
 

@@ -16,6 +16,8 @@ import numpy as np
 from simserve.policies.base import EngineBase
 from simserve.policies.dualpace.state import CPU, NONE, SharedState
 
+_sum = np.add.reduce     # ndarray.sum without its Python wrapper (the same reduction)
+
 
 class CpuEngine(EngineBase):
     index = 1
@@ -50,9 +52,9 @@ class CpuEngine(EngineBase):
         marked: list[int] = []
         keep_c = list(running)
         if running:
-            ids = np.fromiter(running, dtype=np.int64, count=len(running))
+            ids = np.array(running, dtype=np.int64)
             m = st.marked[ids]
-            if m.any():                     # (else every running request is kept, in order)
+            if np.count_nonzero(m):                     # (else every running request is kept, in order)
                 is_marked = m.tolist()
                 marked = [r for r, x in zip(running, is_marked) if x]
                 keep_c = [r for r, x in zip(running, is_marked) if not x]
@@ -60,8 +62,9 @@ class CpuEngine(EngineBase):
         sel: list[int] = []
         used = 0                            # Σ growth of `sel`
         if keep_c:
-            need = np.cumsum(np.maximum(st.peak[ids] - st.host_blocks[ids], 0))
-            n = int(min(np.searchsorted(need, room, "right"), rows))
+            # (ufunc methods and ndarray methods: numpy's module functions wrap them in Python)
+            need = np.add.accumulate(np.maximum(st.peak[ids] - st.host_blocks[ids], 0))
+            n = int(min(need.searchsorted(room, "right"), rows))
             sel = keep_c[:n]
             suffix = keep_c[n:]
             used = int(need[n - 1]) if n else 0
@@ -125,13 +128,13 @@ class CpuEngine(EngineBase):
                     yield wake
                 continue
             ids = np.asarray(sel, dtype=np.int64)        # step 5
-            if (st.owner[ids] != CPU).any():
+            if np.count_nonzero(st.owner[ids] != CPU):
                 raise RuntimeError("CPU engine: batch holds a request it does not own")
             ctx = t.computed[ids] + 1
             nb = np.maximum((ctx + (bs - 1)) // bs - st.host_blocks[ids], 0)  # ceil − held
-            st.host_pool.allocate(int(nb.sum()))
+            st.host_pool.allocate(int(_sum(nb)))
             st.host_blocks[ids] += nb
-            ctx_sum = int(ctx.sum())
+            ctx_sum = int(_sum(ctx))
             t0 = env.now
             self.in_batch = True
             yield env.process(self.ex.run(len(ids), ctx_sum))
@@ -151,7 +154,7 @@ class CpuEngine(EngineBase):
             t.computed[ids] += 1
             done = t.emit(ids, env.now, on_cpu=True)
             if len(done):
-                st.host_pool.free(int(st.host_blocks[done].sum()))
+                st.host_pool.free(int(_sum(st.host_blocks[done])))
                 st.host_blocks[done] = 0
                 st.owner[done] = NONE
                 st.marked[done] = False

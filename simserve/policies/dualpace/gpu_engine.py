@@ -165,39 +165,53 @@ class GpuEngine(EngineBase):
     def _forward(self, plan):
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = self.pool.block_size
-        dec = np.asarray(plan.decodes + plan.swap_in, dtype=np.int64)
-        ctx = t.computed[dec] + 1                      # each decode's attention length
-        nb = np.maximum((ctx + (bs - 1)) // bs - t.blocks[dec], 0)   # ceil(ctx / bs) − held
-        self.pool.allocate(int(nb.sum()))
-        t.blocks[dec] += nb
-        if (st.owner[dec] != GPU).any():
+        dl = plan.decodes + plan.swap_in
+        ids, comp, _, cl, hl = plan.running
+        if plan.victims or plan.swap_in or len(dl) != len(cl):
+            dec = np.asarray(dl, dtype=np.int64)
+            comp = t.computed[dec]
+            cl, hl = comp.tolist(), t.blocks[dec].tolist()
+        else:
+            # every running request decodes, as the plan read them: `_commit` moved nothing
+            # and did not yield (no victims, no swap-ins), so their KV is unchanged since
+            dec = ids
+        ctx = comp + 1                                 # each decode's attention length
+        # ceil(ctx / bs) − held, at least 0, on Python ints (a few dozen decodes: cheaper than
+        # numpy calls; the same integers)
+        nb = [d if (d := (c + bs) // bs - h) > 0 else 0 for c, h in zip(cl, hl)]
+        self.pool.allocate(sum(nb))
+        t.blocks[dec] = np.asarray([h + x for h, x in zip(hl, nb)], dtype=np.int64)
+        if st.owner[dec].tolist().count(GPU) != len(dl):
             raise RuntimeError("GPU engine: batch holds a decode it does not own")
+        ctx_sum = sum(ctx_l := ctx.tolist())
         prefill = bool(plan.to_gpu or plan.to_cpu)
         if prefill:
-            g = np.asarray([r for r in plan.to_gpu if t.computed[r] == 0], dtype=np.int64)
-            if len(g):                                 # persistent HBM for the whole prompt
+            pre = plan.to_gpu + plan.to_cpu
+            pre_ids = np.asarray(pre, dtype=np.int64)
+            ctx0 = t.computed[pre_ids]
+            ng = len(plan.to_gpu)
+            g = [r for r, x in zip(plan.to_gpu, ctx0.tolist()) if x == 0]
+            if g:                                      # persistent HBM for the whole prompt
+                g = np.asarray(g, dtype=np.int64)
                 gb = -(-t.prompt[g] // bs)
                 self.pool.allocate(int(gb.sum()))
                 t.blocks[g] = gb
                 self.dest[g] = GPU
                 self.counts["prefill_to_gpu"] += len(g)
             c = np.asarray(plan.to_cpu, dtype=np.int64)
-            pre = plan.to_gpu + plan.to_cpu
-            pre_ids = np.asarray(pre, dtype=np.int64)
-            chunks = np.asarray([plan.chunks[r] for r in pre], dtype=np.int64)
-            ctx0 = t.computed[pre_ids]
+            cl = [plan.chunks[r] for r in pre]
+            chunks = np.asarray(cl, dtype=np.int64)
             last = pre_ids[ctx0 + chunks >= t.prompt[pre_ids]]  # these sample a first token
-            shape = BatchShape(num_tokens=len(dec) + int(chunks.sum()), prefill_chunks=chunks,
-                               prefill_ctx=ctx0, num_decodes=len(dec),
-                               decode_ctx_sum=int(ctx.sum()),
-                               num_sample_rows=len(dec) + len(last), decode_ctx=ctx)
+            shape = BatchShape(num_tokens=len(dl) + sum(cl), prefill_chunks=chunks,
+                               prefill_ctx=ctx0, num_decodes=len(dl), decode_ctx_sum=ctx_sum,
+                               num_sample_rows=len(dl) + len(last), decode_ctx=ctx,
+                               decode_ctx_max=max(ctx_l) if ctx_l else None)
             run = self._main_run(shape)
             if len(c):
-                nbytes = float(chunks[len(plan.to_gpu):].sum()) * self.kv_bytes_token / self.N
+                nbytes = float(sum(cl[ng:])) * self.kv_bytes_token / self.N
                 run.on_start = lambda: self._start_copies(run, c, nbytes)
         else:
-            run = self._stages(self._decode_s(len(dec), int(ctx.sum()), int(ctx.max())),
-                               len(dec), len(dec))
+            run = self._stages(self._decode_s(len(dl), ctx_sum, max(ctx_l)), len(dl), len(dl))
         run.applied = env.event()
         yield env.process(self.worker.run_main(run))
         t.computed[dec] = ctx

@@ -59,7 +59,9 @@ class Leap:
         self.eng, self.ids = eng, ids
         self.rounds: list[Round] = []
         self.plain = None
-        self.state = None      # (computed, blocks, Σ blocks, generated) of `ids` at the start
+        # (computed as an array, computed and blocks as lists, Σ blocks, generated) of `ids`
+        # at the start
+        self.state = None
 
     @property
     def end(self) -> float:
@@ -132,9 +134,11 @@ class Leap:
         k = self.num_rounds
         # the contexts, blocks and token counts read when the leap was planned: only this
         # engine changes them for the requests it runs, and it slept since
-        c, held, held_sum, gen = self.state
-        grown = np.maximum(held, (c + (k + bs - 1)) // bs)       # ceil((c + k) / bs), c ≥ 0
-        eng.pool.allocate(int(grown.sum()) - held_sum)
+        c, cl, hl, held_sum, gen = self.state
+        kb = k + bs - 1
+        # max(held, ceil((c + k) / bs)) per request (c ≥ 0), on Python ints
+        grown = [h if h >= (x := (ci + kb) // bs) else x for ci, h in zip(cl, hl)]
+        eng.pool.allocate(sum(grown) - held_sum)
         t.blocks[ids] = grown
         t.computed[ids] = c + k
         # `emit_many` of the first k - 1 rounds, then `emit` of the last (none is a first token)
@@ -183,24 +187,48 @@ def plan_leap(eng, plan) -> Leap | None:
         return None
     if free_at > now and not soft:
         return None
-    ids, c, held = plan.running      # what plan_round read this step (plan.decodes == running)
-    g = t.generated[ids]
-    bs, free, H = eng.pool.block_size, eng.pool.num_free, int(held.sum())
-    kmax = min(int((t.output[ids] - g).min()), LEAP_CAP)
-    # KV of k more tokens each: ceil((c + k) / bs) blocks, as (c + k + bs − 1) // bs (c ≥ 0)
-    kmax = largest_k(kmax, lambda k: int(np.maximum(held, (c + (k + bs - 1)) // bs).sum())
-                     - H <= free)
+    # what plan_round read this step (plan.decodes == running), as arrays and as lists
+    ids, c, held, cl, hl = plan.running
+    g = t.generated[ids].tolist()
+    bs, free, H = eng.pool.block_size, eng.pool.num_free, sum(hl)
+    kmax = min(min([o - x for o, x in zip(t.output[ids].tolist(), g)]), LEAP_CAP)
+    kmax = steps_that_fit(kmax, cl, hl, bs, free)
     B = len(ids)
-    S0, cmax0 = int(c.sum()) + B, int(c.max()) + 1      # Σ (c + 1) and max (c + 1), as ints
+    S0, cmax0 = sum(cl) + B, max(cl) + 1      # Σ (c + 1) and max (c + 1)
     # prompts that wait now wait on: admission stops at the head of the queue, and what it
     # checks only gets tighter; an arrival joins behind it and changes nothing
     arrival = math.inf if eng.waiting else eng.ctx.source.next_arrival_s
     lp = Leap(eng, ids)
-    lp.state = (c, held, H, g.tolist())
+    lp.state = (c, cl, hl, H, g)
     s, p = free_at, now    # the next round's start, and when it was planned
     if not soft:
         return _plain(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a)
     return _soft(eng, lp, B, S0, cmax0, kmax, s, p, arrival, a, j, ex.layer)
+
+
+def steps_that_fit(kmax: int, cl: list[int], hl: list[int], bs: int, free: int) -> int:
+    """`largest_k(kmax, fits)` for fits(k): the KV of k more tokens each, Σ max(h, ⌈(c + k) /
+    bs⌉) − Σ h blocks, fits in `free` (c: tokens in KV, h: blocks held, per request).
+
+    In closed form: request i takes its m-th new block (m ≥ 1) at k = r_i + (m − 1)·bs with
+    r_i = h_i·bs − c_i + 1, so k fits iff fewer than free + 1 of those thresholds are ≤ k: the
+    answer is the (free + 1)-th smallest threshold minus 1 (at most kmax, at least 0, as
+    `largest_k` returns 0 when nothing fits). When every r_i lies in [1, bs] (h = ⌈c / bs⌉,
+    as the engine keeps it) the thresholds of round m of the blocks all come after those of
+    round m − 1, so it is sorted(r)[free mod B] + (free div B)·bs. Otherwise `largest_k`
+    evaluates fits itself (tests check both against it)."""
+    B = len(cl)
+    r = [h * bs - c + 1 for c, h in zip(cl, hl)]
+    if B and min(r) >= 1 and max(r) <= bs:
+        r.sort()
+        q, m = divmod(free, B)
+        k = r[m] + q * bs - 1
+        return kmax if k >= kmax else (k if k > 0 else 0)
+    c, held = np.asarray(cl, dtype=np.int64), np.asarray(hl, dtype=np.int64)
+    H = sum(hl)
+    # KV of k more tokens each: ceil((c + k) / bs) blocks, as (c + k + bs − 1) // bs (c ≥ 0)
+    return largest_k(kmax, lambda k: int(np.maximum(held, (c + (k + bs - 1)) // bs).sum())
+                     - H <= free)
 
 
 class _Run:

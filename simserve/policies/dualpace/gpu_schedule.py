@@ -14,6 +14,9 @@ step 7 (commit and execute) is in `gpu_engine.py`.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
+
 import numpy as np
 
 from simserve.policies.dualpace.envelope import (admit_prefills, fits, migration_blocks,
@@ -38,7 +41,8 @@ class Plan:
         self.marks: list = []
         self.chunks: dict = {}          # prompt tokens prefilled this round
         self.migration_only = False
-        # (ids, computed, blocks) of the running queue as the plan read them (int64 arrays):
+        # (ids, computed, blocks) of the running queue as the plan read them (int64 arrays),
+        # then computed and blocks as lists of ints:
         # a leap planned in the same step reuses them (nothing changes them in between)
         self.running = None
 
@@ -72,14 +76,16 @@ def plan_round(eng) -> Plan:
     cpu_waiting_was_empty = not st.cpu_waiting
     eng.marks = [r for r in eng.marks if st.marked[r]]
     run = eng.running
-    ids = np.fromiter(run, dtype=np.int64, count=len(run))
+    ids = np.array(run, dtype=np.int64)
     comp, held = t.computed[ids], t.blocks[ids]
-    plan.running = (ids, comp, held)
+    cl, hl = comp.tolist(), held.tolist()
+    plan.running = (ids, comp, held, cl, hl)
     # blocks each decode needs for one more token: ceil((c + 1) / bs) − held, at least 0
-    # ((c + bs) // bs is that ceiling for c ≥ 0, two numpy calls fewer than −(−(c + 1) // bs))
-    nb = np.maximum((comp + bs) // bs - held, 0)
+    # ((c + bs) // bs is that ceiling for c ≥ 0), on Python ints: a few dozen requests, where
+    # each numpy call costs more than the loop (the same integers)
+    nb = [d if (d := (c + bs) // bs - h) > 0 else 0 for c, h in zip(cl, hl)]
     free = gp.num_free
-    need = int(nb.sum())
+    need = sum(nb)
     host_growth = None      # Eq. 3 over the CPU batch: read by steps 2 and 5 only, when they run
     planned = 0
     keep = list(run)
@@ -87,7 +93,7 @@ def plan_round(eng) -> Plan:
     # finish peak stays in Q_G (at the eviction tail, the youngest) until it joins the decodes
     part_peaks = [int(st.peak[r]) for r in gpu_partial(eng)]
     if need > free:                                                   # step 2
-        host_growth = st.host_growth(st.cpu_running)
+        host_growth = st.running_growth()
         short, freed = need - free, 0
         alive = np.ones(len(run), dtype=bool)
         peaks = st.peak[ids]
@@ -100,7 +106,7 @@ def plan_round(eng) -> Plan:
             if fits(hp.num_used, planned + hb, host_growth, mig, hcap):
                 plan.victims.append(r)
                 planned += hb
-                freed += int(t.blocks[r]) + int(nb[i])
+                freed += int(t.blocks[r]) + nb[i]
                 if freed >= short:
                     break
             else:
@@ -111,12 +117,13 @@ def plan_round(eng) -> Plan:
             if freed < short:
                 plan.migration_only = True
                 return plan
-            need -= sum(int(nb[run.index(v)]) for v in plan.victims)
+            need -= sum(nb[run.index(v)] for v in plan.victims)
             free += sum(int(t.blocks[v]) for v in plan.victims)
         else:                                    # run the FIFO subset whose growth fits
-            n = int(np.searchsorted(np.cumsum(nb), free, "right"))
+            # (the prefix sums are nondecreasing: bisect_right is searchsorted(.., "right"))
+            n = bisect_right(list(accumulate(nb)), free)
             keep = run[:n]
-            need = int(nb[:n].sum())
+            need = sum(nb[:n])
     if len(keep) != len(run) or len(keep) > min(eng.max_seqs, eng.hard_limit):
         keep = keep[:min(eng.max_seqs, eng.hard_limit)]
         kid = np.asarray(keep, dtype=np.int64)
@@ -183,7 +190,7 @@ def plan_round(eng) -> Plan:
         cand.append(r)
     if cand:
         if host_growth is None:
-            host_growth = st.host_growth(st.cpu_running)
+            host_growth = st.running_growth()
         c = np.asarray(cand, dtype=np.int64)
         pr = t.prompt[c]
         res = admit_prefills(

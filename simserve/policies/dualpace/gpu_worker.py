@@ -254,15 +254,21 @@ class GpuWorker:
         on plain floats: the queue, the pending service and the channels do not change
         while it loops, so only the end of `run` is checked again; `MainRun.next_boundary`,
         `offset`, `expected_end` and `GpuWorker.service` with the same operations in the
-        same order; the services counted at once (`count_many`)."""
-        if self.copies is not None:
+        same order; the services counted at once (`count_many`). With copies, `serve_at`'s
+        checks that `CopyStream.serve` leaves as they were (the queue, the pending service
+        (set and cleared within it), the channels (the copies are booked, never held), the
+        stream's run, projection and event-driven rest) are made once, and only the end of
+        `run` and its boundary at each asking time again."""
+        cs = self.copies
+        if cs is not None:
+            if (self.queue or run.pending is not None or not (self.h2d.idle and self.d2h.idle)
+                    or cs.run is not run or cs.end_s is None or cs.cont is not None):
+                return 0, at_s
             m = 0
-            while m < n:
-                t = self.serve_at(run, at_s, h2d_bytes, gpu_s, d2h_bytes)
-                if t is None:
-                    break
+            while m < n and at_s < run.expected_end() and run.next_boundary(at_s) is not None:
+                at_s = cs.serve(at_s, h2d_bytes, gpu_s, d2h_bytes)[2] + then
                 m += 1
-                at_s = t + then
+            self.num_chained += m
             return m, at_s
         if self.queue or run.pending is not None or not (self.h2d.idle and self.d2h.idle):
             return 0, at_s

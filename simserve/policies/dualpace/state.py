@@ -35,6 +35,9 @@ class SharedState:
         self.cpu_batch_limit = 1
         self._cpu_wake = None
         self._ready_events: dict[int, object] = {}
+        # (cpu_running, Eq. 3 over it) while neither that list nor its requests' host blocks
+        # changed (see `running_growth`)
+        self._growth = None
         # ownership log for tests: (t_start, t_end, engine, ids) of every executed batch
         self.log = None
 
@@ -67,4 +70,23 @@ class SharedState:
         if len(ids) == 0:
             return 0
         ids = np.asarray(ids)
-        return int(np.maximum(self.peak[ids] - self.host_blocks[ids], 0).sum())
+        # np.add.reduce: ndarray.sum without its Python wrapper (the same reduction)
+        return int(np.add.reduce(np.maximum(self.peak[ids] - self.host_blocks[ids], 0)))
+
+    def running_growth(self) -> int:
+        """`host_growth(cpu_running)`, worked out again only after the CPU batch or its host
+        blocks changed (the GPU engine reads it each round it admits prompts).
+
+        Every change of the CPU batch assigns a new list (held here, so `is` tells it apart).
+        The host blocks of the requests in it are written by the CPU engine alone, in the same
+        step as such a change (next-token blocks just after `_select`, a finished request's
+        freed just before it leaves the list); the GPU engine and the Prefill-to-CPU copies
+        write those of requests not in it (new Prefill-to-CPU and swap-out victims go to the
+        waiting queue, swap-ins come from it). Tests check the kept value at every read."""
+        g = self._growth
+        if g is not None and g[0] is self.cpu_running:
+            return g[1]
+        v = self.host_growth(self.cpu_running)
+        self._growth = (self.cpu_running, v)
+        return v
+
