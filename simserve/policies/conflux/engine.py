@@ -322,6 +322,11 @@ class _RankStates:
     def __len__(self) -> int:
         return len(self._nd)
 
+    def columns(self) -> tuple[list[int], list[int], list[int]]:
+        """`plan.placement_columns` of these states, read from the lists and pools."""
+        pools = self._pools
+        return list(self._dctx), [p.num_used for p in pools], [p.num_blocks for p in pools]
+
     def __iter__(self):
         return (RankState(n, c, p.num_used, p.num_blocks, m)
                 for n, c, p, m in zip(self._nd, self._dctx, self._pools, self._rmax))
