@@ -74,7 +74,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         k = index[p.req_id]
         total = p.context_tokens + ell
         new = max(0, shard_blocks(total, block_size, R) - held_shard[k])
-        if any(f < new for f in free):
+        if min(free) < new:
             break  # its head-sharded KV does not fit on every rank
         finishes = ell == p.remaining_tokens
         g, dest = -1, 0
