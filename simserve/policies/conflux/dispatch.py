@@ -9,6 +9,7 @@ least-loaded ranks first, never above n_tgt. Each call is O(N log B) estimator w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import add
 from typing import Sequence
 
 from simserve.errors import ConfigError
@@ -98,9 +99,9 @@ class _Search:
         self.tau, self.est, self.cand = tau, est, cand
         self.m = None if cand is None else cand.remaining_tokens
         self.ap, self.nd, self.work, self.t_d = ap, nd, work, t_d
-        self.loads = [a + d for a, d in zip(ap, nd)]
-        self.max_load = max(self.loads)
-        self._R, self._sum_loads, self._min_nd = len(ap), sum(self.loads), min(nd)
+        self.loads = loads = list(map(add, ap, nd))
+        self.max_load = max(loads)
+        self._R, self._sum_loads, self._min_nd = len(ap), sum(loads), min(nd)
         self._ctx = None if cand is None else cand.context_tokens
         self._last = None   # (top, q, last_multiple)
         self._times: dict[int, float] = {}
@@ -229,7 +230,7 @@ def decode_state(est: ConfluxEstimator, ranks: Sequence[RankState]
 
 
 def _prepare(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
-             ap: Sequence[int] | None, work: float, cand: Candidate | None,
+             ap: list[int] | None, work: float, cand: Candidate | None,
              quantum: int) -> _Search:
     """A search's state, its inputs checked."""
     if quantum < 1:
@@ -240,15 +241,13 @@ def _prepare(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None
         ap = [0] * len(nd)
     elif len(ap) != len(nd):
         raise ConfigError(f"dispatch: Ap: expected {len(nd)} per-rank counts, got {len(ap)}")
-    else:
-        ap = [int(x) for x in ap]
     if cand is not None and (cand.remaining_tokens < 0 or cand.context_tokens < 0):
         raise ConfigError(f"dispatch: candidate: token counts must be >= 0, got {cand}")
     return _Search(tau, est, nd, t_d, ap, work, cand)
 
 
 def _search(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
-            ap: Sequence[int] | None, work: float, cand: Candidate | None, quantum: int,
+            ap: list[int] | None, work: float, cand: Candidate | None, quantum: int,
             max_level: int, hint: int | None) -> tuple[int, _Search]:
     """(n_tgt, the search's state): `find_level` on a prepared decode state."""
     s = _prepare(tau, est, nd, t_d, ap, work, cand, quantum)
@@ -274,6 +273,12 @@ def _level(s: _Search, top: int, quantum: int, hint: int | None) -> int:
     return _bisect(s, lo, hi, quantum)
 
 
+def _ints(ap: Sequence[int] | None) -> list[int] | None:
+    """Ap as a list of Python ints (what `dispatch_on` takes; numpy integers would do the same
+    arithmetic slower)."""
+    return None if ap is None else [int(x) for x in ap]
+
+
 def _work(prefills: Sequence[tuple[int, int]]) -> float:
     return sum(prefill_work(ell, c) for ell, c in prefills if ell > 0)
 
@@ -290,8 +295,8 @@ def find_level(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankStat
     galloping from it (`_from_hint`), in O(log |answer − hint|) estimates.
     """
     nd, t_d = decode_state(est, ranks_state)
-    return _search(tau, est, nd, t_d, Ap, _work(prefills), candidate, quantum, max_level,
-                   hint)[0]
+    return _search(tau, est, nd, t_d, _ints(Ap), _work(prefills), candidate, quantum,
+                   max_level, hint)[0]
 
 
 def _from_hint(s: _Search, top: int, q: int, hint: int) -> int:
@@ -380,16 +385,17 @@ def dispatch(tau: float, est: ConfluxEstimator, ranks_state: Sequence[RankState]
     (ℓ_i, A_i): its chunk length min(m_i, B) and the per-rank split of that chunk.
     `hints` (a dict the caller keeps): the last levels found, to search from (same answers)."""
     nd, t_d = decode_state(est, ranks_state)
-    return dispatch_on(tau, est, nd, t_d, Ap, candidate, quantum, _work(prefills), max_level,
-                       hints)
+    return dispatch_on(tau, est, nd, t_d, _ints(Ap), candidate, quantum, _work(prefills),
+                       max_level, hints)
 
 
 def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
-                Ap: Sequence[int] | None, candidate: Candidate | None, quantum: int,
+                Ap: list[int] | None, candidate: Candidate | None, quantum: int,
                 work: float, max_level: int, hints: dict | None, only_if_room: bool = False,
                 report: dict | None = None):
     """`dispatch` on a prepared decode state (`decode_state`) and Σ prefill work of the
-    chunks already placed: what Alg. 1 calls once per candidate of an iteration. The
+    chunks already placed: what Alg. 1 calls once per candidate of an iteration (`Ap` a list
+    of Python ints, read, not copied). The
     candidate may be anything with a Candidate's `remaining_tokens` and `context_tokens`
     (the plan hands its PendingPrefill). `only_if_room`: first ask whether the candidate gets
     any token (`_Search.any_token`, one estimate) and return (0, no split) without searching

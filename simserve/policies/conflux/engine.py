@@ -276,10 +276,13 @@ class XpInstance(SpRanksEngine):
         if len(ids) <= _FEW:  # plain reads cost less than numpy's gathers for a few prompts
             comp_v, gen, out, shard, ntok = (self._comp, self._gen, self._out, self._shard,
                                              self._ntok)
-            comp = [comp_v[i] for i in ids]
-            rem = [ntok[i] - c for i, c in zip(ids, comp)]
-            needs = [gen[i] + 1 < out[i] for i in ids]
-            held = [shard[i] for i in ids]
+            comp, rem, needs, held = [], [], [], []
+            for i in ids:
+                c = comp_v[i]
+                comp.append(c)
+                rem.append(ntok[i] - c)
+                needs.append(gen[i] + 1 < out[i])
+                held.append(shard[i])
         else:
             pend = np.asarray(ids, dtype=np.int64)
             comp = t.computed[pend].tolist()
@@ -321,6 +324,11 @@ class _RankStates:
 
     def __len__(self) -> int:
         return len(self._nd)
+
+    def columns(self) -> tuple[list[int], list[int], list[int]]:
+        """`plan.placement_columns` of these states, read from the lists and pools."""
+        pools = self._pools
+        return list(self._dctx), [p.num_used for p in pools], [p.num_blocks for p in pools]
 
     def __iter__(self):
         return (RankState(n, c, p.num_used, p.num_blocks, m)

@@ -82,7 +82,8 @@ def _leap_once(eng, cap: int) -> int:
             return 0
         grow = kv.new_blocks(k)
     for p, x in zip(eng.pools, grow):
-        p.allocate(x)
+        if x:   # (allocating none changes nothing)
+            p.allocate(x)
     kv.advance(k)
     end = float(ends[k - 1])
     if eng.ctx.recorder.trace is not None:

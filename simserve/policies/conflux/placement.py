@@ -37,11 +37,25 @@ def place_decode(i_kv_blocks: int, ranks: Sequence[RankState], eta: float = DEFA
         raise ConfigError(f"place_decode: headroom: expected a fraction in [0, 1), got {headroom!r}")
     if i_kv_blocks < 0:
         raise ConfigError(f"place_decode: i_kv_blocks: expected >= 0, got {i_kv_blocks!r}")
-    feasible = [r for r, s in enumerate(ranks)
-                if s.kv_used_blocks + i_kv_blocks <= (1.0 - headroom) * s.kv_total_blocks]
-    if not feasible:
-        return None
-    low = [r for r in feasible if ranks[r].kv_util < eta]
-    if low:  # worst-fit: least decode context, then least KV in use
-        return min(low, key=lambda r: (ranks[r].decode_ctx_tokens, ranks[r].kv_util, r))
-    return min(feasible, key=lambda r: (-ranks[r].kv_util, r))  # best-fit
+    return place_on(i_kv_blocks, [s.decode_ctx_tokens for s in ranks],
+                    [s.kv_used_blocks for s in ranks], [s.kv_total_blocks for s in ranks], eta,
+                    headroom)
+
+
+def place_on(i_kv_blocks: int, ctx: Sequence[int], used: Sequence[int], total: Sequence[int],
+             eta: float, headroom: float) -> int | None:
+    """`place_decode` on the ranks' columns (Σ decode context, KV blocks in use, pool size),
+    its arguments already checked: one pass instead of the lists, keys and `kv_util`
+    properties (the same comparisons; a strict `<` or `>` keeps the lower index on ties)."""
+    lim = 1.0 - headroom
+    low = fit = None
+    for r, (c, u, n) in enumerate(zip(ctx, used, total)):
+        if u + i_kv_blocks > lim * n:
+            continue                      # infeasible
+        util = u / n if n > 0 else 1.0    # RankState.kv_util
+        if util < eta:                    # worst-fit: least decode context, then least KV
+            if low is None or (c, util) < low_key:
+                low, low_key = r, (c, util)
+        elif low is None and (fit is None or util > fit_util):  # best-fit: most KV in use
+            fit, fit_util = r, util
+    return low if low is not None else fit

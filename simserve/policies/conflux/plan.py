@@ -13,7 +13,7 @@ from typing import NamedTuple, Sequence
 from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
 from simserve.policies.conflux.dispatch import RankState, decode_state, dispatch_on
 from simserve.policies.conflux.estimator import ConfluxEstimator, prefill_work
-from simserve.policies.conflux.placement import place_decode
+from simserve.policies.conflux.placement import place_on
 from simserve.policies.sp_ranks import blocks_for, shard_blocks
 
 
@@ -60,7 +60,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         order = admitted + rejected
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
-    tentative = None  # the rank states with this iteration's placements, once one is made
+    cols = None  # the ranks' placement columns with this iteration's placements, once one is made
     work = 0   # Σ prefill work of the chunks placed so far, summed in their order
     out: list[Chunk] = []
     seen = None if report is None else {}
@@ -74,7 +74,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         k = index[p.req_id]
         total = p.context_tokens + ell
         new = max(0, shard_blocks(total, block_size, R) - held_shard[k])
-        if any(f < new for f in free):
+        if min(free) < new:
             break  # its head-sharded KV does not fit on every rank
         finishes = ell == p.remaining_tokens
         g, dest = -1, 0
@@ -83,15 +83,14 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             # the decode rank's own shard blocks become part of the request's KV (aliasing, §7)
             dest = max(0, full - held_shard[k] - new)
             # its held shard is already counted as used on every rank: ask for the rest
-            if tentative is None:
-                tentative = list(ranks)
-            g = place_decode(full - held_shard[k], tentative, eta, headroom)
+            if cols is None:
+                cols = placement_columns(ranks)
+            ctx, used, total_blocks = cols
+            g = place_on(full - held_shard[k], ctx, used, total_blocks, eta, headroom)
             if g is None or free[g] < new + dest:
                 break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
-            s = tentative[g]
-            tentative[g] = RankState(s.num_decodes + 1, s.decode_ctx_tokens + total,
-                                     s.kv_used_blocks + dest, s.kv_total_blocks,
-                                     max(s.decode_max_ctx, total))
+            ctx[g] += total     # what place_decode reads of the rank's tentative RankState
+            used[g] += dest
             free[g] -= dest
         free = [f - new for f in free]
         ap = [a + x for a, x in zip(ap, per)]
@@ -100,3 +99,14 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         if report is not None:
             report["estimate"] = seen["estimate"]
     return b0, out
+
+
+def placement_columns(ranks: Sequence[RankState]) -> tuple[list[int], list[int], list[int]]:
+    """What `placement.place_on` reads of the ranks, as fresh lists the plan updates with its
+    placements: Σ decode context, KV blocks in use, pool size. `ranks` may give them itself
+    (`columns()`, the engine's: without making a RankState per rank)."""
+    columns = getattr(ranks, "columns", None)
+    if columns is not None:
+        return columns()
+    return ([s.decode_ctx_tokens for s in ranks], [s.kv_used_blocks for s in ranks],
+            [s.kv_total_blocks for s in ranks])
