@@ -60,6 +60,9 @@ class ChunkDigest:
         self._gaps = [(u, np.bincount(inv, weights=c).astype(np.int64))]
         self._num_gaps = len(u)
 
+    def close(self) -> None:
+        """Nothing to release in-process (a `DigestProcess` stops its child here)."""
+
     def result(self) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
         """(the kept per-request columns, SLO met, distinct ITL gaps, their counts)."""
         d = {k: np.concatenate(self._parts[k]) if self._parts[k] else np.zeros(0)

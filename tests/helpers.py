@@ -8,6 +8,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.workload.spec import Workload
 
 H100 = resolve_hardware(HardwareConfig(gpu="h100-sxm"))
+H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 H200 = resolve_hardware(HardwareConfig(gpu="h200-sxm"))
 
 
@@ -37,6 +38,12 @@ def conflux_scenarios(draw):
     return w, dict(num_gpu_blocks_override=draw(st.integers(need, need * 2)),
                    scheduler=draw(st.sampled_from(["slo", "fcfs"])),
                    tbt_ms=draw(st.sampled_from([50.0, 100.0, 400.0])))
+
+
+def run_conflux(w: Workload, **params):
+    """ConfluxServe over Llama-3.1-8B on 4x H100 (the property tests' deployment)."""
+    from simserve.run import simulate_point
+    return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **params)
 
 
 # short prompts placed together outgrow their ranks' pools while they decode: leaps stop where

@@ -8,20 +8,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simserve.cost.sp import SpCostModel
-from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.conflux import engine as conflux_engine
 from simserve.policies.conflux import leap as conflux_leap
 from simserve.policies.sp_ranks import SpRanksEngine
-from simserve.run import simulate_point
-from tests.helpers import CONFLUX_PREEMPTING, conflux_scenarios, workload
+from tests.helpers import CONFLUX_PREEMPTING, H100X4, conflux_scenarios, run_conflux, workload
 
-H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 QWEN14 = get_model("qwen3-14b")
 
 
-def _run(w, **kw):
-    return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **kw)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -32,13 +27,13 @@ def test_few_decodes_in_plain_ints_match_the_array_path(sc):
     samples through `SpRanksEngine._sample`): the same token times, preemptions, iterations,
     pools and samples."""
     w, params = sc
-    fast = _run(w, **params)
+    fast = run_conflux(w, **params)
     Xp = conflux_engine.XpInstance
     saved = conflux_engine.FEW_DECODES, conflux_leap.FEW_DECODES, Xp._sample
     try:
         conflux_engine.FEW_DECODES = conflux_leap.FEW_DECODES = 0
         Xp._sample = SpRanksEngine._sample      # Σ num_used of the pools
-        slow = _run(w, **params)
+        slow = run_conflux(w, **params)
     finally:
         conflux_engine.FEW_DECODES, conflux_leap.FEW_DECODES, Xp._sample = saved
     assert np.array_equal(fast.records.token_times_s, slow.records.token_times_s)
@@ -67,10 +62,10 @@ def test_one_leap_runs_through_finishes_before_the_next_arrival(monkeypatch):
         return k
 
     w = workload([0.0, 0.0, 0.0], [64, 64, 64], [40, 90, 150])
-    want = _run(w)
+    want = run_conflux(w)
     monkeypatch.setattr(conflux_engine.XpInstance, "_leap", counted_leap)
     monkeypatch.setattr(conflux_leap, "_leap_once", counted_once)
-    got = _run(w)
+    got = run_conflux(w)
     assert np.array_equal(got.records.token_times_s, want.records.token_times_s)
     assert len(calls) == 1
     assert [k for k in segments if k] == [39, 50, 60]   # up to each finish, then the last

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simserve.cost.sp import SpCostModel
-from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.conflux import engine as conflux_engine
 from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
@@ -22,10 +21,8 @@ from simserve.policies.conflux.estimator import ConfluxEstimator
 from simserve.policies.conflux.placement import place_decode
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_ranks import SpRanksEngine, blocks_for, shard_blocks
-from simserve.run import simulate_point
-from tests.helpers import CONFLUX_PREEMPTING, conflux_scenarios
+from tests.helpers import CONFLUX_PREEMPTING, H100X4, conflux_scenarios, run_conflux
 
-H100X4 = resolve_hardware(HardwareConfig(gpu="h100-sxm", num_gpus=4))
 QWEN14 = get_model("qwen3-14b")
 EST = ConfluxEstimator(gamma=7.0e-7, gamma0=6e-5, a_d=2.5e-9, a_d0=1e-5, a_comm=3e-8,
                        a_comm0=2e-5, a_p=1.5e-11, a_p0=1e-5, alpha=1.2, beta=1.4, num_layers=32)
@@ -264,10 +261,6 @@ def test_the_plan_reports_the_estimate_of_its_iteration(pend, ranks, admission, 
 
 
 # -- the engine -----------------------------------------------------------------------------
-def _run(w, **kw):
-    return simulate_point(w, "llama-3.1-8b", H100X4, "conflux", **kw)
-
-
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conflux_scenarios())
 @example(CONFLUX_PREEMPTING)
@@ -276,7 +269,7 @@ def test_instance_leap_and_decode_state_match_the_shared_paths(sc):
     its decode state is `_rank_states()` / `_rank_max()`; a decode-only iteration costs what
     `iteration_s` says."""
     w, params = sc
-    fast = _run(w, **params)
+    fast = run_conflux(w, **params)
     real_state, real_iter = conflux_engine.XpInstance._decode_state, \
         conflux_engine.XpInstance._iteration
 
@@ -300,7 +293,7 @@ def test_instance_leap_and_decode_state_match_the_shared_paths(sc):
         conflux_engine.XpInstance._leap = SpRanksEngine._leap   # sp_leap.leap_ranks(self)
         conflux_engine.XpInstance._decode_state = state
         conflux_engine.XpInstance._iteration = iteration
-        slow = _run(w, **params)
+        slow = run_conflux(w, **params)
     finally:
         (conflux_engine.XpInstance._leap, conflux_engine.XpInstance._decode_state,
          conflux_engine.XpInstance._iteration) = saved

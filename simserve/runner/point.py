@@ -109,7 +109,7 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         if stream is not None:
             summary.update(stream.summary())
     finally:
-        if getattr(digest, "close", None) is not None:
+        if digest is not None:
             digest.close()  # a digest process: stopped if the run failed before its result
     if stream is not None:
         summary.update(res.stats.get("prefix_cache_summary", {}))

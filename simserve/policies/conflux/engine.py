@@ -178,7 +178,7 @@ class XpInstance(SpRanksEngine):
         return val
 
     def _iteration(self):
-        t, cfg, R = self.ctx.table, self.cfg, self.R
+        R = self.R
         nd, dctx, rmax = self._decode_state()
         chunks = self._plan(nd, dctx, rmax) if self.pending else []
         if not chunks:

@@ -46,7 +46,7 @@ def _leap_once(eng, cap: int) -> int:
     """`sp_leap.leap_ranks(eng, cap)` for an `engine.XpInstance`: the same steps, token times,
     pools and samples. Up to FEW_DECODES decodes, their counts are read and written one by
     one (`_Few`: the same integers as the arrays' arithmetic; numpy calls cost more on a few)."""
-    t, R = eng.ctx.table, eng.R
+    t = eng.ctx.table
     ids, nd, nz, idx = eng._flat_decodes()
     if not nz:
         return 0
