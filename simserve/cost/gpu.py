@@ -35,7 +35,8 @@ from simserve.models import DTYPE_BYTES, ModelSpec
 
 @dataclass(frozen=True, slots=True)
 class BatchShape:
-    """What a scheduler hands the cost model for one iteration."""
+    """What a scheduler hands the cost model for one iteration (the per-request fields are
+    int arrays or lists of ints: a small batch's lists save numpy conversions)."""
 
     num_tokens: int = 0
     prefill_chunks: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens per chunk
@@ -217,7 +218,7 @@ class GpuCostModel:
     def _forward_step_us(self, b: BatchShape):
         cmax = b.decode_ctx_max
         if cmax is None and b.decode_ctx is not None and len(b.decode_ctx):
-            cmax = int(b.decode_ctx.max())
+            cmax = int(max(b.decode_ctx))
         if b.num_prefills == 0:
             return self._decode_forward_us(b.num_decodes, b.decode_ctx_sum, cmax)
         self._ensure(max(b.num_tokens, b.num_sample_rows))

@@ -35,12 +35,14 @@ class VllmEngine(ChunkedEngine):
     def _schedule_running_small(self, t, bs: int, ids: np.ndarray):
         """The vectorised common case above on plain ints (a small batch: numpy calls cost
         more than the arithmetic); the same decisions."""
-        c = t.computed[ids].tolist()
-        held = t.blocks[ids].tolist()
+        comp, blocks, ntok, _, _ = self._views
+        run = self.running
+        held = [blocks[r] for r in run]
         left = self.budget  # budget less every earlier request's need (the cumsum above)
         out_n, nbs, total, keep = [], [], 0, True
-        for x, tok, h in zip(c, t.num_tokens[ids].tolist(), held):
-            need = tok - x
+        for r, h in zip(run, held):
+            x = comp[r]
+            need = ntok[r] - x
             n = need if need < left else (left if left > 0 else 0)
             left -= need
             nb = 0
@@ -57,7 +59,9 @@ class VllmEngine(ChunkedEngine):
             return self._schedule_running_slow()
         self.pool.allocate(total)
         if total:
-            t.blocks[ids] = [h + nb for h, nb in zip(held, nbs)]
+            for r, h, nb in zip(run, held, nbs):
+                if nb:
+                    blocks[r] = h + nb
         n = np.array(out_n, dtype=np.int64)
         if keep:
             return ids, n, False

@@ -119,6 +119,9 @@ class ChunkedEngine(EngineBase):
         self._prev_start = self._prev_end = -1.0
         self._admitting: deque[float] = deque()  # admission completions not yet reached
         self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
+        t = ctx.table  # its int arrays are never reallocated: per-element views
+        self._views = (memoryview(t.computed), memoryview(t.blocks), memoryview(t.num_tokens),
+                       memoryview(t.generated), memoryview(t.output))
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
         self.clock = 0.0
@@ -272,23 +275,22 @@ class ChunkedEngine(EngineBase):
 
     def _shape(self, ids: np.ndarray, n: np.ndarray) -> tuple[BatchShape, np.ndarray]:
         t = self.ctx.table
-        if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here
-            pre_n, pre_c, dctx, sample = [], [], [], []
+        if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here (the
+            pre_n, pre_c, dctx, sample = [], [], [], []  # shape's lists are ints, as arrays')
+            comp, _, ntok, gen, _ = self._views
             nl = n.tolist()
-            for x, k, tok, g in zip(t.computed[ids].tolist(), nl,
-                                    t.num_tokens[ids].tolist(), t.generated[ids].tolist()):
-                if k == 1 and x == tok - 1 and g > 0:
+            for r, k in zip(ids.tolist(), nl):
+                x, tok = comp[r], ntok[r]
+                if k == 1 and x == tok - 1 and gen[r] > 0:
                     dctx.append(x + 1)
                 else:
                     pre_n.append(k)
                     pre_c.append(x)
                 sample.append(x + k == tok)
-            dc = np.array(dctx, dtype=np.int64)
             shape = BatchShape(
-                num_tokens=sum(nl), prefill_chunks=np.array(pre_n, dtype=np.int64),
-                prefill_ctx=np.array(pre_c, dtype=np.int64), num_decodes=len(dctx),
-                decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample), decode_ctx=dc,
-                decode_ctx_max=max(dctx) if dctx else None)
+                num_tokens=sum(nl), prefill_chunks=pre_n, prefill_ctx=pre_c,
+                num_decodes=len(dctx), decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample),
+                decode_ctx=dctx, decode_ctx_max=max(dctx) if dctx else None)
             self.prefill_tokens += shape.num_tokens - shape.num_decodes
             return shape, np.array(sample, dtype=bool)
         c = t.computed[ids]
@@ -345,14 +347,14 @@ class ChunkedEngine(EngineBase):
         if waiting and self._head_seen() and self._head_admits(
                 len(running), self.pool.num_free - len(running)):
             return None  # admissible even if every decode takes a new block: no leap
-        t = self.ctx.table
         bs = self.pool.block_size
-        ids = np.array(running, dtype=np.int64)
-        c = t.computed[ids].tolist()  # plain ints: a batch is small, numpy calls cost more
-        g = t.generated[ids].tolist()
-        if 0 in g or t.num_tokens[ids].tolist() != [x + 1 for x in c]:
+        comp, blocks, ntok, gen, _ = self._views  # plain ints: numpy calls cost more
+        c = [comp[r] for r in running]
+        g = [gen[r] for r in running]
+        if 0 in g or [ntok[r] for r in running] != [x + 1 for x in c]:
             return None  # a prefill (or recompute) is in flight
-        room = [h * bs - x for h, x in zip(t.blocks[ids].tolist(), c)]
+        ids = np.array(running, dtype=np.int64)
+        room = [blocks[r] * bs - x for r, x in zip(running, c)]
         free = self.pool.num_free
         most, cap = LEAP_CAP, free
         if waiting:
@@ -402,7 +404,8 @@ class ChunkedEngine(EngineBase):
             return 0
         ids, c, g, room, most, cap = st
         t, bs = self.ctx.table, self.pool.block_size
-        r = [o - x for o, x in zip(t.output[ids].tolist(), g)]
+        out = self._views[4]
+        r = [out[i] - x for i, x in zip(self.running, g)]
         first = min(r)
         B = len(c)
         if self.waiting or t.on_finish is not None or most < LEAP_CAP:

@@ -8,6 +8,8 @@ next arrival could be seen (`steps_before`).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from itertools import accumulate
 from typing import Callable
 
 import numpy as np
@@ -70,11 +72,13 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
             d = cost.decode_steps_list(B, s0, m0, n)
         else:
             d = cost.decode_steps_s(B, s0, m0, n).tolist()
-        for x in d:
-            e += x
-            ends.append(e)
-            if e >= next_arrival_s:  # the next step would start at or after the arrival
-                return ends
+        a = len(ends)
+        ends += accumulate(d, initial=e)  # e + d0, then + d1, ... (in order, as stepping adds)
+        del ends[a]  # (the initial value)
+        e = ends[-1]
+        if e >= next_arrival_s:  # the steps that start before the arrival, and the next one
+            del ends[bisect_left(ends, next_arrival_s, a) + 1:]
+            return ends
         j0 += n
         n = max(16, 2 * n)
     return ends
