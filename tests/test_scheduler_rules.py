@@ -17,6 +17,11 @@ from simserve.sim.requests import RequestTable
 from tests.helpers import H100, workload
 
 
+def _ints(x) -> list[int]:
+    """A batch field (an int array, or a list for a small batch) as plain ints."""
+    return [int(v) for v in x]
+
+
 def engines_for(w, policy, hardware=H100, model="llama-3.1-8b", **params):
     """Build `policy`'s engines on `w` without running the simulation: (table, engines)."""
     cfg = make_config(policy, params)
@@ -58,11 +63,11 @@ def test_vllm_admits_no_waiting_request_in_a_step_that_preempted():
     e.pool.allocate(e.pool.num_free)  # nothing else free
     e.waiting.append(2)
     ids, n = e._schedule()
-    assert ids.tolist() == [0] and n.tolist() == [1]
+    assert _ints(ids) == [0] and _ints(n) == [1]
     assert list(e.waiting) == [1, 2] and e.running == [0]   # victim to the FRONT of waiting
     # the next step, with no preemption, admits from the head of waiting again (FCFS)
     ids, n = e._schedule()
-    assert ids.tolist() == [0, 1] and n.tolist() == [1, 31]
+    assert _ints(ids) == [0, 1] and _ints(n) == [1, 31]
 
 
 def test_vllm_waiting_queue_is_strict_fcfs_head_of_line_blocking():
@@ -74,7 +79,7 @@ def test_vllm_waiting_queue_is_strict_fcfs_head_of_line_blocking():
     e.pool.allocate(e.pool.num_free - 5)  # 5 free: 2's prompt fits, 1's does not
     e.waiting.extend([1, 2])
     ids, _ = e._schedule()
-    assert ids.tolist() == [0] and list(e.waiting) == [1, 2]
+    assert _ints(ids) == [0] and list(e.waiting) == [1, 2]
 
 
 def test_vllm_allocates_only_the_first_chunk_of_a_prompt():
@@ -83,7 +88,7 @@ def test_vllm_allocates_only_the_first_chunk_of_a_prompt():
     t, (e,) = engines_for(w, "vllm", enable_prefix_caching=False, max_num_batched_tokens=256, num_gpu_blocks_override=200)
     e.waiting.append(0)
     ids, n = e._schedule()
-    assert n.tolist() == [256] and e.pool.num_used == 16
+    assert _ints(n) == [256] and e.pool.num_used == 16
 
 
 # -- Sarathi-Serve (policies.md §3) ----------------------------------------------------------
@@ -93,7 +98,7 @@ def test_sarathi_reserves_the_whole_prompt_at_admission():
     t, (e,) = engines_for(w, "sarathi", max_num_batched_tokens=256, num_gpu_blocks_override=200)
     e.waiting.append(0)
     ids, n = e._schedule()
-    assert n.tolist() == [256] and e.pool.num_used == 63   # ceil(1000 / 16)
+    assert _ints(n) == [256] and e.pool.num_used == 63   # ceil(1000 / 16)
 
 
 def test_sarathi_decodes_go_before_partial_prefills_in_the_budget():
@@ -105,7 +110,7 @@ def test_sarathi_decodes_go_before_partial_prefills_in_the_budget():
     t.blocks[0] = 63; e.pool.allocate(63 - 8)        # whole prompt reserved at admission
     _as_running(t, e, 1, 1)
     ids, n = e._schedule()
-    assert dict(zip(ids.tolist(), n.tolist())) == {1: 1, 0: 63}
+    assert dict(zip(_ints(ids), _ints(n))) == {1: 1, 0: 63}
 
 
 # -- NEO (policies.md §1.2 step 4) -------------------------------------------------------------

@@ -20,7 +20,7 @@ def _trace(monkeypatch):
     shape, arrive = ChunkedEngine._shape, ChunkedEngine._arrive
 
     def rec_shape(self, ids, n):
-        steps.append((self.clock, set(ids.tolist())))
+        steps.append((self.clock, {int(r) for r in ids}))
         return shape(self, ids, n)
 
     def rec_arrive(self, rid):

@@ -18,9 +18,9 @@ class VllmEngine(ChunkedEngine):
         if not self.running:
             return _EMPTY, _EMPTY, False
         t, bs = self.ctx.table, self.pool.block_size
+        if len(self.running) <= SMALL_BATCH:
+            return self._schedule_running_small(bs)
         ids = np.asarray(self.running, dtype=np.int64)
-        if len(ids) <= SMALL_BATCH:
-            return self._schedule_running_small(t, bs, ids)
         need = t.num_tokens[ids] - t.computed[ids]
         n = np.clip(self.budget - (np.cumsum(need) - need), 0, need)
         nb = np.where(n > 0, np.maximum(0, -(-(t.computed[ids] + n) // bs) - t.blocks[ids]), 0)
@@ -32,9 +32,9 @@ class VllmEngine(ChunkedEngine):
             return ids[keep], n[keep], False
         return self._schedule_running_slow()
 
-    def _schedule_running_small(self, t, bs: int, ids: np.ndarray):
+    def _schedule_running_small(self, bs: int):
         """The vectorised common case above on plain ints (a small batch: numpy calls cost
-        more than the arithmetic); the same decisions."""
+        more than the arithmetic); the same decisions, the batch as lists."""
         comp, blocks, ntok, _, _ = self._views
         run = self.running
         held = [blocks[r] for r in run]
@@ -62,11 +62,9 @@ class VllmEngine(ChunkedEngine):
             for r, h, nb in zip(run, held, nbs):
                 if nb:
                     blocks[r] = h + nb
-        n = np.array(out_n, dtype=np.int64)
         if keep:
-            return ids, n, False
-        k = n > 0
-        return ids[k], n[k], False
+            return list(run), out_n, False
+        return [r for r, k in zip(run, out_n) if k > 0], [k for k in out_n if k > 0], False
 
     def _schedule_running_slow(self):
         """The reference loop: newest running requests are preempted until the next fits."""
@@ -100,7 +98,7 @@ class VllmEngine(ChunkedEngine):
 
     def _admission_blocks(self, rid: int, chunk: int) -> int:
         # incremental allocation: only the first chunk's blocks
-        return self._blocks_needed(rid, int(self.ctx.table.computed[rid]) + chunk)
+        return self._blocks_needed(rid, self._views[0][rid] + chunk)
 
 
 @register("vllm", ChunkedConfig)

@@ -54,10 +54,13 @@ SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plai
 INF = float("inf")
 
 
-def _appended(ids: np.ndarray, n: np.ndarray, new_ids: list, new_n: list):
-    """The batch (ids, tokens) with the requests admitted this step appended."""
+def _appended(ids, n, new_ids: list, new_n: list):
+    """The batch (ids, tokens: arrays, or lists for a small batch) with the requests
+    admitted this step appended."""
     if not new_ids:
         return ids, n
+    if type(ids) is list:
+        return ids + new_ids, n + new_n
     return (np.concatenate((ids, np.asarray(new_ids, dtype=np.int64))),
             np.concatenate((n, np.asarray(new_n, dtype=np.int64))))
 
@@ -204,12 +207,11 @@ class ChunkedEngine(EngineBase):
 
     # -- KV helpers -----------------------------------------------------------------------
     def _blocks_needed(self, rid: int, tokens: int) -> int:
-        t = self.ctx.table
-        return max(0, -(-tokens // self.pool.block_size) - int(t.blocks[rid]))
+        return max(0, -(-tokens // self.pool.block_size) - self._views[1][rid])
 
     def _grow(self, rid: int, nb: int) -> None:
         self.pool.allocate(nb)
-        self.ctx.table.blocks[rid] += nb
+        self._views[1][rid] += nb
 
     def _preempt(self, rid: int) -> None:
         t = self.ctx.table
@@ -265,7 +267,9 @@ class ChunkedEngine(EngineBase):
             yield at(env, max(self.clock, env.now))
             self._apply(ids, n, sample)
 
-    def _schedule(self) -> tuple[np.ndarray, np.ndarray]:
+    def _schedule(self):
+        """This step's batch: request ids and the tokens each computes, as int arrays or,
+        for a small batch, lists of ints (`_shape` and `_apply` take both)."""
         ids, n, preempted = self._schedule_running()
         if self.pc is not None and len(ids):
             self._cache_scheduled(ids, n)
@@ -273,13 +277,13 @@ class ChunkedEngine(EngineBase):
             ids, n = self._admit(ids, n)
         return ids, n
 
-    def _shape(self, ids: np.ndarray, n: np.ndarray) -> tuple[BatchShape, np.ndarray]:
+    def _shape(self, ids, n) -> tuple[BatchShape, list | np.ndarray]:
         t = self.ctx.table
-        if len(ids) <= SMALL_BATCH:  # plain ints beat numpy's per-call cost here (the
-            pre_n, pre_c, dctx, sample = [], [], [], []  # shape's lists are ints, as arrays')
+        if type(ids) is list or len(ids) <= SMALL_BATCH:  # plain ints beat numpy's
+            pre_n, pre_c, dctx, sample = [], [], [], []  # per-call cost here
             comp, _, ntok, gen, _ = self._views
-            nl = n.tolist()
-            for r, k in zip(ids.tolist(), nl):
+            nl = n if type(n) is list else n.tolist()
+            for r, k in zip(ids if type(ids) is list else ids.tolist(), nl):
                 x, tok = comp[r], ntok[r]
                 if k == 1 and x == tok - 1 and gen[r] > 0:
                     dctx.append(x + 1)
@@ -292,7 +296,7 @@ class ChunkedEngine(EngineBase):
                 num_decodes=len(dctx), decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample),
                 decode_ctx=dctx, decode_ctx_max=max(dctx) if dctx else None)
             self.prefill_tokens += shape.num_tokens - shape.num_decodes
-            return shape, np.array(sample, dtype=bool)
+            return shape, sample
         c = t.computed[ids]
         ntok = t.num_tokens[ids]
         dec = (n == 1) & (c == ntok - 1) & (t.generated[ids] > 0)
@@ -305,10 +309,17 @@ class ChunkedEngine(EngineBase):
         self.prefill_tokens += shape.num_tokens - shape.num_decodes
         return shape, sample
 
-    def _apply(self, ids: np.ndarray, n: np.ndarray, sample: np.ndarray) -> None:
+    def _apply(self, ids, n, sample) -> None:
         t = self.ctx.table
-        t.computed[ids] += n
-        out = ids[sample]
+        if type(sample) is list:  # `_shape`'s small batch
+            il = ids if type(ids) is list else ids.tolist()
+            comp = self._views[0]
+            for r, k in zip(il, n if type(n) is list else n.tolist()):
+                comp[r] += k
+            out = np.array([r for r, s in zip(il, sample) if s], dtype=np.int64)
+        else:
+            t.computed[ids] += n
+            out = ids[sample]
         done = t.emit(out, self._delivered(self.clock, len(out)))
         if len(done):
             self._finish(done)
@@ -630,7 +641,7 @@ class ChunkedEngine(EngineBase):
         if self.pc is not None:
             return self._admit_cached(ids, n)
         t = self.ctx.table
-        left = self.budget - int(n.sum())
+        left = self.budget - (sum(n) if type(n) is list else int(n.sum()))
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
@@ -669,16 +680,16 @@ class ChunkedEngine(EngineBase):
         left = self.budget - num_running
         if left <= 0 or num_running >= self.max_seqs:
             return None
-        t = self.ctx.table
+        comp, blocks, ntok, _, _ = self._views
         r = self.waiting[0]
         if self.pc is not None:
             _, h, p, e = self._lookup(r)
-            k = min(int(t.num_tokens[r]) - (h + p) * self.pool.block_size, left)
-            t.computed[r], t.blocks[r] = (h + p) * self.pool.block_size, h + p
+            k = min(ntok[r] - (h + p) * self.pool.block_size, left)
+            comp[r], blocks[r] = (h + p) * self.pool.block_size, h + p
             nb = self._admission_blocks(r, k)
-            t.computed[r] = t.blocks[r] = 0
+            comp[r] = blocks[r] = 0
             return nb + e
-        return self._admission_blocks(r, min(int(t.num_tokens[r] - t.computed[r]), left))
+        return self._admission_blocks(r, min(ntok[r] - comp[r], left))
 
     # -- policy-specific parts ------------------------------------------------------------
     def _admission_blocks(self, rid: int, chunk: int) -> int:
@@ -694,12 +705,13 @@ class ChunkedEngine(EngineBase):
     def _lookup(self, r: int) -> tuple[list, int, int, int]:
         """(r's shared hashes, shared blocks hit, private blocks hit, hit blocks now in the
         free queue)."""
-        t, pool = self.ctx.table, self.pool
-        key = (r, pool.epoch, int(t.num_tokens[r]))
+        pool = self.pool
+        n = self._views[2][r]
+        key = (r, pool.epoch, n)
         if self._look is not None and self._look[0] == key:
             return self._look[1]
         # a full hit still recomputes the last token: at most (num_tokens - 1) // bs blocks
-        most = (int(t.num_tokens[r]) - 1) // pool.block_size
+        most = (n - 1) // pool.block_size
         sc = self._hasher.shared_count(r)
         hashes = self._hasher.hashes(r, most)
         h, e = pool.lookup(hashes)
@@ -721,9 +733,10 @@ class ChunkedEngine(EngineBase):
         else:
             pool.drop_private(r)  # unreachable behind a miss: as good as uncached
         self._reg[r] = hashes[:h]
-        t.blocks[r] = h + p
-        t.computed[r] = (h + p) * pool.block_size
-        self.pc.record(int(t.num_tokens[r]), int(t.computed[r]), bool(t.preemptions[r] > 0))
+        comp, blocks, ntok, _, _ = self._views
+        blocks[r] = h + p
+        comp[r] = (h + p) * pool.block_size
+        self.pc.record(ntok[r], comp[r], bool(t.preemptions[r] > 0))
 
     def _cache_upto(self, r: int, tokens: int) -> None:
         """Hash r's shared blocks that are full once `tokens` tokens have KV (vLLM
@@ -741,6 +754,7 @@ class ChunkedEngine(EngineBase):
         if self._hasher.hash_ids is None:
             return  # no shared blocks at all
         t = self.ctx.table
+        ids, n = np.asarray(ids, dtype=np.int64), np.asarray(n, dtype=np.int64)
         pre = (n > 1) | (t.generated[ids] == 0)
         for r, k in zip(ids[pre].tolist(), n[pre].tolist()):
             self._cache_upto(r, int(t.computed[r]) + k)
@@ -763,8 +777,9 @@ class ChunkedEngine(EngineBase):
         pool.release(reversed(reg))
 
     def _admit_cached(self, ids, n):
-        t, bs = self.ctx.table, self.pool.block_size
-        left = self.budget - (sum(n.tolist()) if len(n) <= SMALL_BATCH else int(n.sum()))
+        bs = self.pool.block_size
+        comp, blocks, ntok, _, _ = self._views
+        left = self.budget - (sum(n) if type(n) is list else int(n.sum()))
         new_ids, new_n = [], []
         while self.waiting and left > 0 and len(self.running) < self.max_seqs:
             r = self.waiting[0]
@@ -772,10 +787,10 @@ class ChunkedEngine(EngineBase):
                 break
             hashes, h, p, e = self._lookup(r)
             hit = (h + p) * bs
-            k = min(int(t.num_tokens[r]) - hit, left)
-            t.computed[r], t.blocks[r] = hit, h + p  # what `_admission_blocks` sees
+            k = min(ntok[r] - hit, left)
+            comp[r], blocks[r] = hit, h + p  # what `_admission_blocks` sees
             nb = self._admission_blocks(r, k)
-            t.computed[r] = t.blocks[r] = 0
+            comp[r] = blocks[r] = 0
             if not self.pool.can_allocate(nb + e):  # touched free blocks leave the free queue
                 break
             self._claim_prefix(r, hashes, h, p)
