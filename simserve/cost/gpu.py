@@ -302,20 +302,18 @@ class GpuCostModel:
         grid = getattr(fn, "grid", None)
         if grid is None:
             return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
-        i, a, w, xbeyond = grid.x_plan(B)
+        lt0, lt1, a, w, xbeyond, ys0, ys1 = grid.row_plan(B)
         y = [(ctx_sum0 + B * j) / B for j in range(k)]
-        ys = grid.ys
-        if xbeyond or y[0] < ys[0] or y[0] < 1.0 or y[-1] > ys[-1]:
+        if xbeyond or y[0] < ys0 or y[0] < 1.0 or y[-1] > ys1:
             return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
         self._ensure(B)
         lya = np.log2(y)
         if a is None:
-            base = np.exp(_interp(lya, grid._ly, grid._lt[i])).tolist()
+            base = np.exp(_interp(lya, grid._ly, lt0)).tolist()
         else:
-            a, w = float(a), float(w)
-            r1 = _interp(lya, grid._ly, grid._lt[i + 1]).tolist()
+            r1 = _interp(lya, grid._ly, lt1).tolist()
             base = np.exp([a * p + w * q for p, q in
-                           zip(_interp(lya, grid._ly, grid._lt[i]).tolist(), r1)]).tolist()
+                           zip(_interp(lya, grid._ly, lt0).tolist(), r1)]).tolist()
         dense, L, lm, situ = self._dense[B], self.num_layers, self._lm[B], self._situ[B]
         host = self._host_us(B, B)
         graph = B <= self.graph_max

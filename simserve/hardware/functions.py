@@ -116,6 +116,7 @@ class Grid:
     _py: tuple = field(default=None, repr=False)
     _plans: dict = field(default=None, repr=False)
     _sx: dict = field(default=None, repr=False)  # scalar()'s work that depends on x alone
+    _rows: dict = field(default=None, repr=False)  # row_plan()'s cache
 
     def __post_init__(self) -> None:
         self.xs = np.asarray(self.xs, dtype=np.float64)
@@ -256,23 +257,38 @@ class Grid:
             plans[x] = p
         return p
 
+    def row_plan(self, x):
+        """`x_plan(x)` as the values its users compute with, cached: (row i's log times, the
+        next row's or None, their weights as floats or None, x beyond the grid, the first and
+        last y knots as floats). The same numbers, without numpy indexing per call."""
+        rows = self._rows
+        if rows is None:
+            rows = self._rows = {}
+        r = rows.get(x)
+        if r is None:
+            i, a, w, xbeyond = self.x_plan(x)
+            lt = self._lt
+            r = (lt[i], None if a is None else lt[i + 1], None if a is None else float(a),
+                 None if a is None else float(w), xbeyond, float(self.ys[0]),
+                 float(self.ys[-1]))
+            rows[x] = r
+        return r
+
     def at(self, x, y: float) -> float:
         """`float(__call__(x, y))` for one number y, with fewer numpy calls (the same floats)."""
-        i, a, w, xbeyond = self.x_plan(x)
-        ys = self.ys
-        ya = y if y >= ys[0] else ys[0]
+        lt0, lt1, a, w, xbeyond, ys0, ys1 = self.row_plan(x)
+        ya = y if y >= ys0 else ys0
         lya = np.log2(ya if ya >= 1.0 else 1.0)
         if a is None:
-            out = np.exp(_interp(lya, self._ly, self._lt[i]))
+            out = np.exp(_interp(lya, self._ly, lt0))
         else:
-            out = np.exp(a * _interp(lya, self._ly, self._lt[i])
-                         + w * _interp(lya, self._ly, self._lt[i + 1]))
-        if ya > ys[-1] or xbeyond:
+            out = np.exp(a * _interp(lya, self._ly, lt0) + w * _interp(lya, self._ly, lt1))
+        if ya > ys1 or xbeyond:
             if not self._warned:
                 log.info("%s: extending beyond the grid along its roofline ratio", self.name)
                 self._warned = True
-            if ya > ys[-1]:
-                out = out * ya / ys[-1]
+            if ya > ys1:
+                out = out * ya / ys1
             if xbeyond:
                 out = out * float(x) / self.xs[-1]
         return float(out)
