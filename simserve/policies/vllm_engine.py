@@ -325,17 +325,25 @@ class ChunkedEngine(EngineBase):
             self._finish(done)
         self._sample()
 
-    def _finish(self, done: np.ndarray) -> None:
-        t = self.ctx.table
+    def _finish(self, done) -> None:
+        """Free the KV of the running requests `done` (an id array or list) and drop them."""
+        dl = done if type(done) is list else done.tolist()
+        bv = self.ctx.table.kv_views[1]
         if self.pc is not None:
-            for r in done.tolist():
-                self._release(r)
-                self._hasher.forget(r)
+            forget = self._hasher.forget
+            release = self._release_unshared if self._hasher.hash_ids is None else self._release
+            for r in dl:
+                release(r)
+                forget(r)
         else:
-            self.pool.free(int(t.blocks[done].sum()))
-        t.blocks[done] = 0
-        gone = set(done.tolist())
-        self.running = [r for r in self.running if r not in gone]
+            self.pool.free(sum([bv[r] for r in dl]))
+        for r in dl:
+            bv[r] = 0
+        if len(dl) == 1:  # the common case: one finish (ids are distinct, all running)
+            self.running.remove(dl[0])
+        else:
+            gone = set(dl)
+            self.running = [r for r in self.running if r not in gone]
 
     def _sample(self) -> None:
         t = self.ctx.table
@@ -572,11 +580,15 @@ class ChunkedEngine(EngineBase):
         if len(p.starts) > 1 or 0 < p.reach_step < k:
             self._commit_segments(p, k, times)
             return
-        grow = [i for i, r in enumerate(p.room) if r < k]  # those needing new blocks
-        if grow:
-            self.pool.allocate(new_blocks(p.room, k, bs))
-            t.blocks[ids[grow]] = [-(-(c[i] + k) // bs) for i in grow]
-        t.computed[ids] = [x + k for x in c]
+        cv, bv = t.kv_views  # a few requests: element writes beat numpy's fancy indexing
+        nb = 0
+        for r, x, a in zip(ids.tolist(), c, p.room):
+            cv[r] = x + k
+            if a < k:  # it needs new blocks: `new_blocks`' term
+                nb -= (a - k) // bs
+                bv[r] = -(-(x + k) // bs)
+        if nb:
+            self.pool.allocate(nb)
         if self.ctx.recorder.trace is not None:
             self.ctx.recorder.trace.iteration(
                 f"engine {self.index}", p.clock, ends[-1], f"decode x{k}", steps=k,
@@ -593,15 +605,24 @@ class ChunkedEngine(EngineBase):
         """Apply a leap's first k steps that go through finishes: every request's tokens at
         once, then, segment by segment as stepping would, the KV blocks its steps take, the
         finishes at its end (their blocks freed) and a sample."""
-        ids, c, room, r = p.ids, p.c, p.room, p.r
+        c, room, r = p.c, p.room, p.r
         t, bs, pool, rec = self.ctx.table, self.pool.block_size, self.pool, self.ctx.recorder
-        steps = [x if x < k else k for x in r]
-        grow = [i for i, (a, s) in enumerate(zip(room, steps)) if a < s]
-        if grow:
-            t.blocks[ids[grow]] = [-(-(c[i] + steps[i]) // bs) for i in grow]
-        t.computed[ids] = [x + s for x, s in zip(c, steps)]
-        emitted0 = t.num_emitted
-        done = t.emit_runs(ids, times, p.g, steps)
+        il = p.ids.tolist()
+        cv, bv = t.kv_views  # a few requests: element writes beat numpy's fancy indexing
+        steps, short = [], []  # each one's steps; those of the ones finishing before step k
+        nk = 0  # new blocks after all k steps: `new_blocks_upto(room, r, k, bs)`
+        for rid, x, a, s in zip(il, c, room, r):
+            if s < k:
+                short.append(s)
+            else:
+                s = k
+            steps.append(s)
+            cv[rid] = x + s
+            if a < s:
+                nk -= (a - s) // bs
+                bv[rid] = -(-(x + s) // bs)
+        emitted = t.num_emitted  # after the segments so far: + Σ min(steps[i], b) at bound b
+        done = t.emit_runs(il, times, p.g, steps)
         bounds = [s for s in p.starts[1:] if s < k] + [k]
         sizes = p.sizes[:len(bounds)]
         j = p.reach_step
@@ -609,9 +630,10 @@ class ChunkedEngine(EngineBase):
             i = bisect.bisect_left(bounds, j)
             bounds.insert(i, j)
             sizes.insert(i, sizes[i])
-        a, held = 0, 0
+        short.sort()
+        a, held, m, left = 0, 0, 0, len(steps)  # short[:m] (< a) are counted in `emitted`
         for b, B in zip(bounds, sizes):
-            nb = new_blocks_upto(room, r, b, bs)
+            nb = nk if b == k else new_blocks_upto(room, steps, b, bs)
             if nb > held:
                 pool.allocate(nb - held)
                 held = nb
@@ -624,9 +646,14 @@ class ChunkedEngine(EngineBase):
             fin = done.get(b)
             if fin is not None:
                 self._finish(fin)
+            while m < len(short) and short[m] < b:  # finished in (a, b): its steps only
+                emitted += short[m] - a
+                left -= 1
+                m += 1
+            emitted += left * (b - a)
             rec.sample(self.clock, self.index, len(self.running),
                        len(self.waiting) if b == k else self._waiting_at(self.clock) if b == j
-                       else 0, pool.num_used, emitted0 + sum(s if s < b else b for s in steps))
+                       else 0, pool.num_used, emitted)
             a = b
         rec.num_iterations += k
 
@@ -742,6 +769,8 @@ class ChunkedEngine(EngineBase):
         """Hash r's shared blocks that are full once `tokens` tokens have KV (vLLM
         `cache_blocks`); its private blocks are cached when it frees them (only r can hit
         them, and only after that)."""
+        if self._hasher.hash_ids is None:
+            return  # no request has shared blocks (`_release` pops `_reg` with a default)
         reg = self._reg.setdefault(r, [])
         full = min(tokens // self.pool.block_size, self._hasher.shared_count(r))
         if full > len(reg):
@@ -762,19 +791,32 @@ class ChunkedEngine(EngineBase):
     def _release(self, r: int) -> None:
         """Free r's blocks tail first: the anonymous tail, its private run, then its shared
         blocks in reverse."""
+        if self._hasher.hash_ids is None:
+            self._release_unshared(r)
+            return
         t, pool = self.ctx.table, self.pool
-        c = int(t.computed[r])
+        cv, bv = t.kv_views
+        c = cv[r]
         self._cache_upto(r, c)
         reg = self._reg.pop(r, [])
         sc = self._hasher.shared_count(r)
         full = c // pool.block_size
         npriv = full - sc if len(reg) == sc and full > sc else 0
-        pool.free(int(t.blocks[r]) - len(reg) - npriv)
+        pool.free(bv[r] - len(reg) - npriv)
         if npriv:
             pool.release_private(r, sc, full)
         else:
             pool.drop_private(r)
         pool.release(reversed(reg))
+
+    def _release_unshared(self, r: int) -> None:
+        """`_release` when the trace has no hash_ids: no request has shared blocks
+        (shared_count 0, `_reg` empty), so r's full blocks are all its private run, the
+        rest its anonymous tail (tests/test_vllm_commit_fastpaths.py ties it to `_release`)."""
+        cv, bv = self.ctx.table.kv_views
+        self._reg.pop(r, None)
+        full = cv[r] // self.pool.block_size
+        self.pool.release_unshared(r, bv[r] - full, full)
 
     def _admit_cached(self, ids, n):
         bs = self.pool.block_size

@@ -73,6 +73,10 @@ class RequestTable:
         # the int arrays are never reallocated: views for per-element access in Python loops
         self._views = (memoryview(self.generated), memoryview(self.num_tokens),
                        memoryview(self.offsets), memoryview(self.output))
+        # and for engines that update a few requests' KV counts in a Python loop (an element
+        # written through a memoryview costs ~0.05 us, a numpy fancy-index write ~1 us)
+        self.kv_views = (memoryview(self.computed), memoryview(self.blocks))
+        self._finish_v = memoryview(self.finish)
         self.num_finished = 0
         self.num_emitted = 0
         self.on_finish = None  # on_finish(num, t): requests finished at t (closed-loop clients)
@@ -198,7 +202,10 @@ class RequestTable:
             if x >= out[r]:
                 done.append(r)
         self.num_emitted += len(il)
-        return self._finished_at(np.array(done, dtype=np.int64) if done else _NONE, t)
+        if done:
+            self._finished_at(done, t)
+            return np.array(done, dtype=np.int64)
+        return _NONE
 
     def emit_many(self, ids: np.ndarray, times: np.ndarray, on_cpu: bool = False) -> None:
         """len(times) tokens for each id (a leap of decode steps); none may finish early."""
@@ -255,29 +262,44 @@ class RequestTable:
     def _emit_steps_small(self, ids: np.ndarray, times, generated: list[int]) -> np.ndarray:
         """`emit_steps` for a few requests: `emit_runs` with every request taking all steps."""
         k = len(times)
-        return self.emit_runs(ids, times, generated, [k] * len(generated)).get(k, _NONE)
+        done = self.emit_runs(ids, times, generated, [k] * len(generated)).get(k)
+        return np.array(done, dtype=np.int64) if done else _NONE
 
-    def emit_runs(self, ids: np.ndarray, times, generated: list[int], steps: list[int]
-                  ) -> dict[int, np.ndarray]:
-        """Tokens of a leap that goes through finishes: id i gets the first steps[i] of the
-        consecutive steps ending at `times` (its count before: generated[i], never 0).
-        Finishes are recorded at their own step's time, earliest first; returns
-        {steps: the ids that finished after that many steps}. Each request's tokens are one
-        slice of the token table (of the ring, split where it wraps), written through a
-        memoryview (a numpy slice assignment costs twice as much); counts are updated in one
-        loop over the int arrays' memoryviews (numpy calls on a few elements cost more)."""
+    def emit_runs(self, ids, times, generated: list[int], steps: list[int]
+                  ) -> dict[int, list[int]]:
+        """Tokens of a leap that goes through finishes: id i (distinct ids, an array or a
+        list) gets the first steps[i] of the consecutive steps ending at `times` (its count
+        before: generated[i], never 0). Finishes are recorded at their own step's time,
+        earliest first; returns {steps: the ids (a list) that finished after that many
+        steps}, in increasing steps. Each request's tokens are one slice of the token table
+        (of the ring, split where it wraps), written through a memoryview (a numpy slice
+        assignment costs twice as much); counts are updated in the same loop over the int
+        arrays' memoryviews (numpy calls on a few elements cost more)."""
         tl = times if type(times) is list else times.tolist()
         src = memoryview(array("d", tl))
-        il = ids.tolist()
+        il = ids if type(ids) is list else ids.tolist()
         gen, ntok, off, out = self._views
-        starts = [off[r] + x for r, x in zip(il, generated)]
         mask = self._mask
-        if mask is not None:
+        groups: dict[int, list] = {}
+        if mask is None:
+            tt = memoryview(self.token_times)
+            for r, x, n in zip(il, generated, steps):
+                a = off[r] + x
+                tt[a:a + n] = src[:n]
+                x += n
+                gen[r] = x
+                ntok[r] += n
+                if x >= out[r]:
+                    if n in groups:
+                        groups[n].append(r)
+                    else:
+                        groups[n] = [r]
+        else:
+            starts = [off[r] + x for r, x in zip(il, generated)]
             self._room_upto(max(a + n for a, n in zip(starts, steps)))
             mask = self._mask
             cap = mask + 1
-        tt = memoryview(self.token_times)
-        if mask is not None:
+            tt = memoryview(self.token_times)
             for o, n in zip(starts, steps):
                 a = o & mask
                 if a + n <= cap:
@@ -285,24 +307,28 @@ class RequestTable:
                 else:
                     tt[a:] = src[:cap - a]
                     tt[:a + n - cap] = src[cap - a:n]
-        else:
-            for a, n in zip(starts, steps):
-                tt[a:a + n] = src[:n]
+            for r, x, n in zip(il, generated, steps):
+                x += n
+                gen[r] = x
+                ntok[r] += n
+                if x >= out[r]:
+                    groups.setdefault(n, []).append(r)
         self.num_emitted += sum(steps)
-        groups: dict[int, list] = {}
-        for r, x, n in zip(il, generated, steps):
-            x += n
-            gen[r] = x
-            ntok[r] += n
-            if x >= out[r]:
-                groups.setdefault(n, []).append(r)
-        return {n: self._finished_at(np.array(groups[n], dtype=np.int64), tl[n - 1])
-                for n in sorted(groups)}
+        if len(groups) <= 1:  # none or one step count: nothing to sort
+            for n, done in groups.items():
+                self._finished_at(done, tl[n - 1])
+            return groups
+        return {n: self._finished_at(groups[n], tl[n - 1]) for n in sorted(groups)}
 
-    def _finished_at(self, done: np.ndarray, t: float) -> np.ndarray:
-        """Record that `done` finished at t."""
+    def _finished_at(self, done, t: float):
+        """Record that `done` (an id array, or a list: written one by one) finished at t."""
         if len(done):
-            self.finish[done] = t
+            if type(done) is list:
+                fin = self._finish_v
+                for r in done:
+                    fin[r] = t
+            else:
+                self.finish[done] = t
             self.num_finished += len(done)
             if self.on_finish is not None:
                 self.on_finish(len(done), t)

@@ -1,0 +1,92 @@
+"""The vLLM engine's commit path (a leap's tokens, KV and finishes applied) takes fast paths
+that must leave the very state of the general ones."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simserve.run import simulate_point
+from simserve.sim.kv import PrefixCachingBlockPool
+from tests.helpers import H100, H200, requests
+
+
+def _pool_state(p: PrefixCachingBlockPool) -> tuple:
+    return (list(p._q.items()), dict(p.priv), dict(p.ref), p.num_free, p.peak_used, p.epoch,
+            p._run, p.num_evictions)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["shared", "private", "anon", "take"]),
+                          st.integers(1, 4)), max_size=12),
+       st.integers(0, 12), st.integers(0, 5), st.integers(0, 5), st.booleans())
+def test_release_unshared_is_free_then_release_private(ops, rid, anon, n, tail_private):
+    # any free queue (anonymous runs, shared blocks, private runs, some evicted), then a
+    # request frees its anonymous tail and its private run
+    p = PrefixCachingBlockPool("t", 64)
+    p.allocate(64)
+    nxt = 100
+    for i, (kind, m) in enumerate(ops):
+        if kind == "anon":
+            p.free(m)
+        elif kind == "shared":
+            nxt += 1
+            p.register(nxt)
+            p.release([nxt])
+        elif kind == "private":
+            p.release_private(i, 0, m)
+        else:
+            p.allocate(min(m, p.num_free))
+    if tail_private and p.num_free + 2 <= 64:  # the queue's last entry is rid's own run
+        p.release_private(rid, 0, 2)
+    anon, n = min(anon, 64 - p.num_free), min(n, max(0, 64 - p.num_free - anon))
+    q = copy.deepcopy(p)
+    p.release_unshared(rid, anon, n)
+    q.free(anon)
+    q.release_private(rid, 0, n)
+    assert _pool_state(p) == _pool_state(q)
+
+
+def _rows(res) -> list:
+    r = res.recorder
+    return list(zip(r.t, r.num_running, r.num_waiting, r.kv_used_blocks, r.tokens_total))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests(max_n=16, max_prompt=1500, max_output=300, max_gap=0.5), st.integers(1, 3),
+       st.sampled_from([H100, H200]))
+def test_unshared_release_is_the_general_one(req, slack, hw):
+    # a trace without hash_ids frees through `_release_unshared`; the same trace with an
+    # empty hash_ids list per request (no shared blocks either) through `_release`: the
+    # same tokens, preemptions, samples and cache statistics, on a tight pool
+    w, _, _, need = req
+    blocks = need * slack
+    empty = dataclasses.replace(w, hash_ids=tuple(np.zeros(0, dtype=np.int64)
+                                                  for _ in range(w.num_requests)))
+    kw = dict(enable_prefix_caching=True, num_gpu_blocks_override=blocks)
+    a = simulate_point(w, "llama-3.1-8b", hw, "vllm", **kw)
+    b = simulate_point(empty, "llama-3.1-8b", hw, "vllm", **kw)
+    assert a.records.token_times_s.tobytes() == b.records.token_times_s.tobytes()
+    assert np.array_equal(a.records.num_preemptions, b.records.num_preemptions)
+    assert _rows(a) == _rows(b)
+    assert a.stats["prefix_cache"] == b.stats["prefix_cache"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests(max_n=16, max_prompt=1500, max_output=300, max_gap=0.5), st.integers(1, 3),
+       st.booleans())
+def test_leap_samples_are_the_stepped_ones(req, slack, pc):
+    # every sample a leap's commit records (one per segment of a leap through finishes: the
+    # running batch, KV blocks in use, tokens emitted so far) is the one stepping records
+    # at the same time
+    w, _, _, need = req
+    kw = dict(enable_prefix_caching=pc, num_gpu_blocks_override=need * slack)
+    a = simulate_point(w, "llama-3.1-8b", H100, "vllm", **kw)
+    b = simulate_point(w, "llama-3.1-8b", H100, "vllm", leap=False, **kw)
+    assert a.records.token_times_s.tobytes() == b.records.token_times_s.tobytes()
+    stepped = {row[0]: row for row in _rows(b)}
+    for row in _rows(a):
+        assert stepped[row[0]] == row
