@@ -90,3 +90,46 @@ def test_leap_samples_are_the_stepped_ones(req, slack, pc):
     stepped = {row[0]: row for row in _rows(b)}
     for row in _rows(a):
         assert stepped[row[0]] == row
+
+
+def _table(prompt, output, window=None):
+    from simserve.sim.requests import RequestTable
+    from tests.helpers import workload
+    return RequestTable(workload(np.zeros(len(prompt)), prompt, output), token_window=window)
+
+
+def _table_state(t) -> tuple:
+    tt = t.token_slice(0, t.n) if t.streaming else t.token_times
+    return (tt.tobytes(), t.generated.tobytes(), t.num_tokens.tobytes(), t.finish.tobytes(),
+            t.first_token.tobytes(), t.num_emitted, t.num_finished)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(2, 60), st.integers(1, 59)),
+                min_size=1, max_size=12),
+       st.integers(1, 40), st.sampled_from([None, 64]), st.booleans())
+def test_emit_runs_is_emit_step_by_step(reqs, k, window, as_list):
+    # requests that already have a token take min(k, left) steps of a leap through
+    # finishes: one `emit_runs` call leaves the table (ring or not) as one `emit` per step
+    # of the requests still running, and reports who finished after how many steps
+    prompt = [p for p, _, _ in reqs]
+    output = [o for _, o, _ in reqs]
+    had = [min(h, o - 1) for (_, o, h) in reqs]
+    times = [1.0 + 0.25 * i for i in range(k)]
+    a, b = _table(prompt, output, window), _table(prompt, output, window)
+    ids = list(range(len(reqs)))
+    for x in (a, b):
+        for step in range(max(had)):
+            x.emit(np.array([i for i in ids if had[i] > step], dtype=np.int64), 0.5)
+    steps = [min(k, o - h) for o, h in zip(output, had)]
+    got = a.emit_runs(ids if as_list else np.array(ids, dtype=np.int64), times, had, steps)
+    want = {}
+    for s in range(k):
+        live = [i for i in ids if steps[i] > s]
+        if live:
+            done = b.emit(live if as_list else np.array(live, dtype=np.int64), times[s])
+            if len(done):
+                want[s + 1] = list(done)
+    assert {n: list(v) for n, v in got.items()} == want
+    assert list(got) == sorted(got)
+    assert _table_state(a) == _table_state(b)

@@ -328,7 +328,7 @@ class ChunkedEngine(EngineBase):
     def _finish(self, done) -> None:
         """Free the KV of the running requests `done` (an id array or list) and drop them."""
         dl = done if type(done) is list else done.tolist()
-        bv = self.ctx.table.kv_views[1]
+        bv = self._views[1]
         if self.pc is not None:
             forget = self._hasher.forget
             release = self._release_unshared if self._hasher.hash_ids is None else self._release
@@ -580,9 +580,10 @@ class ChunkedEngine(EngineBase):
         if len(p.starts) > 1 or 0 < p.reach_step < k:
             self._commit_segments(p, k, times)
             return
-        cv, bv = t.kv_views  # a few requests: element writes beat numpy's fancy indexing
+        il = ids if type(ids) is list else ids.tolist()
+        cv, bv = self._views[:2]  # a few requests: element writes beat numpy's fancy indexing
         nb = 0
-        for r, x, a in zip(ids.tolist(), c, p.room):
+        for r, x, a in zip(il, c, p.room):
             cv[r] = x + k
             if a < k:  # it needs new blocks: `new_blocks`' term
                 nb -= (a - k) // bs
@@ -595,8 +596,11 @@ class ChunkedEngine(EngineBase):
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
-        done = t.emit_steps(ids, times, p.g)
-        if len(done):
+        if len(il) <= SMALL_BATCH:  # `emit_steps`' small path, on the list we have
+            done = t.emit_runs(il, times, p.g, [k] * len(il)).get(k)
+        else:
+            done = t.emit_steps(np.asarray(ids, dtype=np.int64), times, p.g)
+        if done is not None and len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
         self._sample()
@@ -607,8 +611,8 @@ class ChunkedEngine(EngineBase):
         finishes at its end (their blocks freed) and a sample."""
         c, room, r = p.c, p.room, p.r
         t, bs, pool, rec = self.ctx.table, self.pool.block_size, self.pool, self.ctx.recorder
-        il = p.ids.tolist()
-        cv, bv = t.kv_views  # a few requests: element writes beat numpy's fancy indexing
+        il = p.ids if type(p.ids) is list else p.ids.tolist()
+        cv, bv = self._views[:2]  # a few requests: element writes beat numpy's fancy indexing
         steps, short = [], []  # each one's steps; those of the ones finishing before step k
         nk = 0  # new blocks after all k steps: `new_blocks_upto(room, r, k, bs)`
         for rid, x, a, s in zip(il, c, room, r):
@@ -794,8 +798,8 @@ class ChunkedEngine(EngineBase):
         if self._hasher.hash_ids is None:
             self._release_unshared(r)
             return
-        t, pool = self.ctx.table, self.pool
-        cv, bv = t.kv_views
+        pool = self.pool
+        cv, bv = self._views[:2]
         c = cv[r]
         self._cache_upto(r, c)
         reg = self._reg.pop(r, [])
@@ -813,7 +817,7 @@ class ChunkedEngine(EngineBase):
         """`_release` when the trace has no hash_ids: no request has shared blocks
         (shared_count 0, `_reg` empty), so r's full blocks are all its private run, the
         rest its anonymous tail (tests/test_vllm_commit_fastpaths.py ties it to `_release`)."""
-        cv, bv = self.ctx.table.kv_views
+        cv, bv = self._views[:2]
         self._reg.pop(r, None)
         full = cv[r] // self.pool.block_size
         self.pool.release_unshared(r, bv[r] - full, full)

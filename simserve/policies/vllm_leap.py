@@ -29,10 +29,8 @@ def new_blocks_upto(room: list[int], left: list[int], k: int, bs: int) -> int:
     """`new_blocks` when request i takes only min(k, left[i]) of the k steps."""
     n = 0
     for r, s in zip(room, left):
-        if s > k:
-            s = k
-        if r < s:
-            n -= (r - s) // bs
+        if r < s and r < k:  # r < min(k, s), tested before taking the min (0.6 vs 0.75 us
+            n -= (r - (s if s < k else k)) // bs  # for ten requests)
     return n
 
 

@@ -73,10 +73,7 @@ class RequestTable:
         # the int arrays are never reallocated: views for per-element access in Python loops
         self._views = (memoryview(self.generated), memoryview(self.num_tokens),
                        memoryview(self.offsets), memoryview(self.output))
-        # and for engines that update a few requests' KV counts in a Python loop (an element
-        # written through a memoryview costs ~0.05 us, a numpy fancy-index write ~1 us)
-        self.kv_views = (memoryview(self.computed), memoryview(self.blocks))
-        self._finish_v = memoryview(self.finish)
+        self._finish_v = memoryview(self.finish)  # (never reallocated either)
         self.num_finished = 0
         self.num_emitted = 0
         self.on_finish = None  # on_finish(num, t): requests finished at t (closed-loop clients)
@@ -151,10 +148,13 @@ class RequestTable:
         if self.token_on_cpu is None:
             self.token_on_cpu = np.zeros(len(self.token_times), dtype=bool)  # ring-sized too
 
-    def emit(self, ids: np.ndarray, t: float, on_cpu: bool = False) -> np.ndarray:
-        """One token sampled at time t for each id; returns the ids that finished."""
+    def emit(self, ids, t: float, on_cpu: bool = False) -> np.ndarray:
+        """One token sampled at time t for each id (an array, or a list); returns the ids
+        that finished."""
         if len(ids) <= SMALL and not on_cpu and len(ids):  # numpy calls cost more here
-            return self._emit_small(ids.tolist(), float(t))
+            return self._emit_small(ids if type(ids) is list else ids.tolist(), float(t))
+        if type(ids) is list:
+            ids = np.array(ids, dtype=np.int64)
         g = self.generated[ids]
         pos = self.offsets[ids] + g
         if self._mask is not None:
