@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simserve.policies.vllm_leap import new_blocks, new_blocks_upto
 from simserve.run import simulate_point
 from simserve.sim.kv import PrefixCachingBlockPool
 from tests.helpers import H100, H200, requests
@@ -132,4 +133,39 @@ def test_emit_runs_is_emit_step_by_step(reqs, k, window, as_list):
                 want[s + 1] = list(done)
     assert {n: list(v) for n, v in got.items()} == want
     assert list(got) == sorted(got)
+    assert _table_state(a) == _table_state(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 100), st.integers(1, 300)), max_size=30),
+       st.integers(1, 300), st.sampled_from([1, 16, 32]))
+def test_new_blocks_are_each_requests_blocks_summed(batch, k, bs):
+    # request i fits room[i] more tokens in its blocks and takes min(k, left[i]) tokens
+    room, left = [a for a, _ in batch], [s for _, s in batch]
+    assert new_blocks(room, k, bs) == sum(max(0, -(-(k - a) // bs)) for a in room)
+    assert new_blocks_upto(room, left, k, bs) == sum(
+        max(0, -(-(min(k, s) - a) // bs)) for a, s in batch)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 30)), min_size=1, max_size=60),
+       st.integers(1, 30), st.sampled_from([None, 64]), st.booleans(), st.booleans())
+def test_emit_steps_is_emit_step_by_step(reqs, k, window, as_list, counts):
+    # every request takes all k steps (some finish at the last): small batches take
+    # `emit_runs`' loop, larger ones numpy's calls (requests.SMALL_STEPS), either as one
+    # `emit` per step
+    prompt = [p for p, _ in reqs]
+    had = [h for _, h in reqs]
+    output = [h + k + (i % 2) for i, h in enumerate(had)]  # odd ones have a token left
+    times = [1.0 + 0.5 * i for i in range(k)]
+    a, b = _table(prompt, output, window), _table(prompt, output, window)
+    ids = list(range(len(reqs)))
+    for x in (a, b):
+        for step in range(max(had)):
+            x.emit(np.array([i for i in ids if had[i] > step], dtype=np.int64), 0.5)
+    arr = np.array(ids, dtype=np.int64)
+    got = a.emit_steps(ids if as_list else arr, times, had if counts else None)
+    for s in range(k):
+        done = b.emit(arr, times[s])
+    assert list(got) == list(done)
     assert _table_state(a) == _table_state(b)

