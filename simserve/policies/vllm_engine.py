@@ -317,7 +317,7 @@ class ChunkedEngine(EngineBase):
             comp = self._views[0]
             for r, k in zip(il, n if type(n) is list else n.tolist()):
                 comp[r] += k
-            out = np.array([r for r, s in zip(il, sample) if s], dtype=np.int64)
+            out = [r for r, s in zip(il, sample) if s]  # (`emit` takes a list)
         else:
             t.computed[ids] += n
             out = ids[sample]
