@@ -1,11 +1,14 @@
 """The hot loop's fast paths compute the very floats of the general paths they replace."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simserve.cost import GpuCostModel
+from simserve.cost.host import engine_host
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.sim.leap import decode_ends
@@ -14,12 +17,18 @@ _HW = {g: resolve_hardware(HardwareConfig(gpu=g)) for g in ("h100-sxm", "h200-sx
 _COSTS = {}
 
 
-def _cost(gpu: str, graphs: bool) -> GpuCostModel:
-    key = (gpu, graphs)
+def _cost(gpu: str, graphs: bool, scheduling: str | None = None) -> GpuCostModel:
+    """The GPU's cost model; with `scheduling` ("sync" or "async"), under vLLM's measured host
+    path (async overlaps the host work with the forward: `GpuCostModel.overlap`)."""
+    key = (gpu, graphs, scheduling)
     if key not in _COSTS:
         hw = _HW[gpu]
+        host = None
+        if scheduling is not None:
+            host = dataclasses.replace(engine_host(hw.gpu, "vllm"),
+                                       async_scheduling=scheduling == "async")
         _COSTS[key] = GpuCostModel(get_model("llama-3.1-8b"), hw.gpu, 1, hw.nvlink,
-                                   cuda_graphs=graphs, table_tokens=2048)
+                                   cuda_graphs=graphs, table_tokens=2048, host=host)
     return _COSTS[key]
 
 
@@ -63,9 +72,10 @@ def test_decode_ends_are_stepped_clocks(c, k, clock):
 
 @settings(max_examples=300, deadline=None)
 @given(gpu=st.sampled_from(sorted(_HW)), graphs=st.booleans(), B=st.integers(1, 600),
-       mean=st.integers(0, 40000), spread=st.integers(0, 30000), k=st.integers(1, 80))
-def test_decode_steps_list_matches_the_array_path(gpu, graphs, B, mean, spread, k):
-    cost = _cost(gpu, graphs)
+       mean=st.integers(0, 40000), spread=st.integers(0, 30000), k=st.integers(1, 80),
+       scheduling=st.sampled_from([None, "sync", "async"]))
+def test_decode_steps_list_matches_the_array_path(gpu, graphs, B, mean, spread, k, scheduling):
+    cost = _cost(gpu, graphs, scheduling)
     s0 = B * mean + (spread % B if B > 1 else 0)
     m0 = -(-s0 // B) + (spread if B > 1 else 0)
     got = cost.decode_steps_list(B, s0, m0, k)
