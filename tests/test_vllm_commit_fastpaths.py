@@ -99,6 +99,15 @@ def _table(prompt, output, window=None):
     return RequestTable(workload(np.zeros(len(prompt)), prompt, output), token_window=window)
 
 
+def _twin_tables(prompt, output, window, had) -> tuple:
+    """Two equal tables in which request i has already emitted had[i] tokens."""
+    a, b = _table(prompt, output, window), _table(prompt, output, window)
+    for x in (a, b):
+        for step in range(max(had)):
+            x.emit(np.array([i for i in range(len(had)) if had[i] > step], dtype=np.int64), 0.5)
+    return a, b
+
+
 def _table_state(t) -> tuple:
     tt = t.token_slice(0, t.n) if t.streaming else t.token_times
     return (tt.tobytes(), t.generated.tobytes(), t.num_tokens.tobytes(), t.finish.tobytes(),
@@ -117,11 +126,8 @@ def test_emit_runs_is_emit_step_by_step(reqs, k, window, as_list):
     output = [o for _, o, _ in reqs]
     had = [min(h, o - 1) for (_, o, h) in reqs]
     times = [1.0 + 0.25 * i for i in range(k)]
-    a, b = _table(prompt, output, window), _table(prompt, output, window)
+    a, b = _twin_tables(prompt, output, window, had)
     ids = list(range(len(reqs)))
-    for x in (a, b):
-        for step in range(max(had)):
-            x.emit(np.array([i for i in ids if had[i] > step], dtype=np.int64), 0.5)
     steps = [min(k, o - h) for o, h in zip(output, had)]
     got = a.emit_runs(ids if as_list else np.array(ids, dtype=np.int64), times, had, steps)
     want = {}
@@ -158,11 +164,8 @@ def test_emit_steps_is_emit_step_by_step(reqs, k, window, as_list, counts):
     had = [h for _, h in reqs]
     output = [h + k + (i % 2) for i, h in enumerate(had)]  # odd ones have a token left
     times = [1.0 + 0.5 * i for i in range(k)]
-    a, b = _table(prompt, output, window), _table(prompt, output, window)
+    a, b = _twin_tables(prompt, output, window, had)
     ids = list(range(len(reqs)))
-    for x in (a, b):
-        for step in range(max(had)):
-            x.emit(np.array([i for i in ids if had[i] > step], dtype=np.int64), 0.5)
     arr = np.array(ids, dtype=np.int64)
     got = a.emit_steps(ids if as_list else arr, times, had if counts else None)
     for s in range(k):

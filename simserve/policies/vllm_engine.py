@@ -48,7 +48,6 @@ from simserve.sim.clock import at
 from simserve.sim.kv import BlockPool, PrefixCachingBlockPool
 from simserve.sim.leap import largest_k, leap_ends
 from simserve.sim.prefix_cache import BlockHasher, PrefixCacheStats
-from simserve.sim.requests import SMALL_STEPS
 
 LEAP_CAP = 8192  # at most this many decode steps per leap (bounds the temporary arrays)
 SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plain ints
@@ -597,11 +596,8 @@ class ChunkedEngine(EngineBase):
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=self.pool.num_used, waiting=len(self.waiting))
         self.clock = ends[-1]
-        if len(il) <= SMALL_STEPS:  # `emit_steps`' small path, on the list we have
-            done = t.emit_runs(il, times, p.g, [k] * len(il)).get(k)
-        else:
-            done = t.emit_steps(il, times, p.g)
-        if done is not None and len(done):
+        done = t.emit_steps(il, times, p.g)
+        if len(done):
             self._finish(done)
         self.ctx.recorder.num_iterations += k
         self._sample()

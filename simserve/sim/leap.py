@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, islice
 from typing import Callable
 
 import numpy as np
@@ -73,9 +73,8 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
         else:
             d = cost.decode_steps_s(B, s0, m0, n).tolist()
         a = len(ends)
-        ends += accumulate(d, initial=e)  # e + d0, then + d1, ... (in order, as stepping adds)
-        del ends[a]  # (the initial value)
-        e = ends[-1]
+        ends += islice(accumulate(d, initial=e), 1, None)  # e + d0, then + d1, ... (in order,
+        e = ends[-1]                                        # as stepping adds)
         if e >= next_arrival_s:  # the steps that start before the arrival, and the next one
             del ends[bisect_left(ends, next_arrival_s, a) + 1:]
             return ends
