@@ -8,7 +8,9 @@ then times N more runs (default 3) and prints the median: wall seconds, process 
 simulated requests per wall-second and per CPU-second, iterations (and how many were stepped
 one by one; the rest were leapt), and microseconds of CPU per request. Every case runs in its
 own process, one after another. Other processes on the machine inflate wall time (the load
-average is printed with the table): compare CPU columns, and ratios within one run.
+average is printed with the table): compare CPU columns, and ratios within one run. The
+first line says whether the hot modules run compiled (simserve/compiled.py); with
+SIMSERVE_PURE_PYTHON=1 every case runs from the Python source.
 
 Cases (each policy at its paper's setting; `vllm` also at bar 2's point):
 - vllm-h100: Llama-3.1-8B, 1x H100, the first 2,000 Azure-Conversation requests at 4 req/s,
@@ -104,6 +106,9 @@ def main() -> int:
         return 0
     labels = [k for k, (p, _, _) in CASES.items()
               if not args.only or k in args.only or p in args.only]
+    from simserve.compiled import summary
+    print(f"{summary()}" + ("; SIMSERVE_PURE_PYTHON is set" if os.environ.get(
+        "SIMSERVE_PURE_PYTHON") else ""))  # the cases' processes inherit the environment
     load0 = os.getloadavg()
     print(f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} on {os.cpu_count()} CPUs; "
           f"median of {args.repeat} runs per case, in-process after a warm-up run")

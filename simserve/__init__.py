@@ -10,6 +10,10 @@
 """
 from __future__ import annotations
 
+from simserve.compiled import install_finder as _install_finder
+
+_install_finder()  # the hot modules' compiled copies, while fresh (simserve/compiled.py)
+
 # public name -> "module:attribute", imported on first access
 _LAZY = {
     "simulate": "simserve.api:simulate",

@@ -46,7 +46,8 @@ class _VersionAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         import simserve
-        print(f"simserve {simserve.__version__}")
+        from simserve.compiled import summary
+        print(f"simserve {simserve.__version__} ({summary()})")
         parser.exit()
 
 

@@ -1,0 +1,140 @@
+"""Build step beside pyproject.toml: compile simserve's hot modules with Cython.
+
+Everything else about the package is in pyproject.toml. The modules and the directives are
+listed in simserve/compiled.py, which also says when a compiled copy is used. The copies go to
+simserve/_compiled/ (never beside the .py files, where they would shadow an edited source),
+with a manifest of each source's sha256. Compiling is optional: without Cython or a C
+compiler, or with SIMSERVE_NO_COMPILE=1, the package installs as pure Python (a warning says
+so), and runs the same.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+
+
+def _plan():
+    """simserve/compiled.py, loaded by path (simserve's dependencies may not be installed)."""
+    spec = importlib.util.spec_from_file_location("_simserve_compiled_plan",
+                                                  HERE / "simserve" / "compiled.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+PLAN = _plan()
+SKIP = bool(os.environ.get("SIMSERVE_NO_COMPILE"))
+
+
+def _warn(msg: str) -> None:
+    print(f"simserve build: {msg}; installing pure Python (the same results, slower)",
+          file=sys.stderr)
+
+
+class BuildCompiled(build_ext):
+    """Compile the listed modules, each under simserve/_compiled/, and write the manifest;
+    any failure leaves a pure-Python install. (With Cython importable, setuptools' build_ext
+    is Cython's, which translates each module to C in the build's temporary folder.)"""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self._compile = bool(self.extensions) and not SKIP
+        if SKIP:
+            _warn("SIMSERVE_NO_COMPILE is set")
+        elif self._compile and not hasattr(self, "cython_directives"):
+            _warn("Cython is not installed")
+            self._compile = False
+        if not self._compile:
+            self.extensions = []
+            return
+        self.cython_directives = dict(PLAN.DIRECTIVES)
+        self.cython_c_in_temp = True
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
+    def run(self):
+        if not self._compile:
+            return
+        if self.inplace:  # the editable install's copies go to folders that may not exist yet
+            build_py = self.get_finalized_command("build_py")
+            for ext in self.extensions:
+                os.makedirs(os.path.dirname(self._get_inplace_equivalent(build_py, ext)[0]),
+                            exist_ok=True)
+        try:
+            super().run()
+        except Exception as e:  # no C compiler, a compile or link error: pure Python
+            _warn(f"compiling the hot modules failed ({type(e).__name__}: {e})")
+            self._compile = False
+            return
+        self._write_manifest()
+
+    def _rel(self, ext_name: str) -> str:
+        """simserve/_compiled/<sub-path>/<module><suffix>: never beside the .py it would
+        shadow (the finder loads it under the module's own name)."""
+        suffix = _suffix(self.get_ext_filename(ext_name.rpartition(".")[2]))
+        return "simserve/" + PLAN.OUT_DIR + "/" + PLAN.compiled_relpath(ext_name, suffix)
+
+    def get_ext_fullpath(self, ext_name: str) -> str:
+        return os.path.join(self.build_lib, *self._rel(ext_name).split("/"))
+
+    def _get_inplace_equivalent(self, build_py, ext):
+        """(In the source tree, in the build folder): where an editable install copies each
+        compiled file (setuptools >= 64 would put it beside the module's .py)."""
+        rel = self._rel(self.get_ext_fullname(ext.name)).split("/")
+        return (os.path.join(build_py.get_package_dir(rel[0]), *rel[1:]),
+                os.path.join(self.build_lib, *rel))
+
+    def _out_dirs(self) -> list[Path]:
+        """The _compiled folders this build fills: in the build folder and, for an editable
+        install, in the source tree."""
+        build_py = self.get_finalized_command("build_py")
+        dirs = [Path(self.build_lib) / "simserve" / PLAN.OUT_DIR]
+        if self.inplace:
+            dirs.append(Path(build_py.get_package_dir("simserve")) / PLAN.OUT_DIR)
+        return dirs
+
+    def _write_manifest(self) -> None:
+        modules = {}
+        for ext in self.extensions:
+            rel = self._rel(ext.name)
+            if not (Path(self.build_lib) / rel).is_file():
+                _warn(f"{rel} was not built")
+                return
+            modules[ext.name] = {
+                "sha256": PLAN.source_sha256(PLAN.source_path(ext.name, HERE / "simserve")),
+                "file": PLAN.compiled_relpath(ext.name, _suffix(rel))}
+        from Cython import __version__ as cython_version
+        text = json.dumps({"cython": cython_version, "directives": PLAN.DIRECTIVES,
+                           "modules": modules}, indent=1, sort_keys=True) + "\n"
+        for d in self._out_dirs():
+            (d / PLAN.MANIFEST).write_text(text)
+
+    def get_outputs(self):
+        outs = super().get_outputs()
+        if self._compile:
+            outs.append(str(Path(self.build_lib) / "simserve" / PLAN.OUT_DIR / PLAN.MANIFEST))
+        return outs
+
+
+def _suffix(path: str) -> str:
+    """The extension-module suffix of a built file's name (".cpython-311-x86_64-linux-gnu.so")."""
+    name = os.path.basename(path)
+    return name[name.index("."):]
+
+
+# no fused multiply-add: the compiled floats must be Python's, operation for operation (and no
+# debug symbols: they would triple the wheel)
+_ARGS = [] if sys.platform == "win32" else ["-ffp-contract=off", "-g0"]
+setup(
+    ext_modules=[Extension(m, [str(PLAN.source_path(m, Path("simserve")))],
+                           extra_compile_args=_ARGS) for m in PLAN.MODULES],
+    cmdclass={"build_ext": BuildCompiled},
+)

@@ -1,0 +1,166 @@
+"""Cython-compiled copies of simserve's hot modules, and the rule for when they are used.
+
+The simulator's inner loops (engines, leaping, pricing, the request table, the KV pool) are
+plain Python. Installing the package (`pip install .` or `pip install -e .`) also compiles the
+modules in `MODULES` with Cython (`setup.py`), unchanged, into `simserve/_compiled/`. Their
+results are the same floats, bit for bit (`tests/test_compiled.py` runs policies both ways):
+the same operations in the same order, no fused multiply-add (`-ffp-contract=off`), numpy
+still does the array work. A compiled module only runs the loop faster (about 1.35x on the
+vLLM point of `benchmarks/bench_loop.py`).
+
+The `.py` file stays the source of truth. `install_finder` (called by `import simserve`) puts
+a finder first on `sys.meta_path` that loads a module's compiled copy only while the
+source's sha256 equals the one recorded when it was built (`_compiled/manifest.json`); an
+edited module runs from its source, with one warning per process naming the stale modules
+(rebuild: `pip install -e .`). Nothing compiled (no compiler, `SIMSERVE_NO_COMPILE=1` at
+install) means pure Python everywhere; `SIMSERVE_PURE_PYTHON=1` makes a process ignore
+the compiled copies. `simserve --version` says how many modules run compiled; `status`
+lists each.
+
+A module joins `MODULES` when a profile shows its own time in a loop; it must not depend on
+Python integers wider than 64 bits (Cython's inferred C integers raise OverflowError past
+that, `DIRECTIVES`), nor on its functions being Python function objects (they are not
+descriptors' `__get__`-bound Python functions: no `inspect.signature`, `__code__`).
+This module imports only the standard library: `setup.py` reads it before simserve's
+dependencies are installed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec
+from pathlib import Path
+
+MODULES = (
+    # the event core's shared pieces
+    "simserve.sim.clock", "simserve.sim.context", "simserve.sim.cluster",
+    "simserve.sim.frontend", "simserve.sim.kv", "simserve.sim.leap", "simserve.sim.requests",
+    # pricing
+    "simserve.cost.gpu", "simserve.cost.host", "simserve.cost.smshare", "simserve.cost.sp",
+    "simserve.hardware.attention", "simserve.hardware.functions",
+    # the engines that run faster compiled: vLLM's family (vllm, sarathi, chunked),
+    # ConfluxServe and MuxWise. DualPace ran 5-10 % slower compiled, NEO, LoongServe and
+    # DistServe 5-10 % faster (benchmarks/results/loop-compiled-20261202.txt): left out.
+    "simserve.policies.queues", "simserve.policies.sarathi", "simserve.policies.sp_leap",
+    "simserve.policies.sp_ranks", "simserve.policies.vllm", "simserve.policies.vllm_engine",
+    "simserve.policies.vllm_leap",
+    "simserve.policies.conflux.dispatch", "simserve.policies.conflux.engine",
+    "simserve.policies.conflux.leap", "simserve.policies.conflux.plan",
+    "simserve.policies.muxwise.engine", "simserve.policies.muxwise.share_cost",
+)
+
+# Cython's compiler directives. Type annotations are documentation here, not C types
+# (annotation_typing off: a numpy integer or None may go where `int` is written). Locals are
+# typed where Cython can infer it (infer_types), and inferred C integers are checked for
+# overflow, so a value past 64 bits raises instead of wrapping. No bound methods of Python
+# function type (binding off): calls are cheaper.
+DIRECTIVES = {"language_level": 3, "annotation_typing": False, "infer_types": True,
+              "overflowcheck": True, "binding": False}
+
+PACKAGE = Path(__file__).resolve().parent
+OUT_DIR = "_compiled"              # beside the package's modules: simserve/_compiled/...
+MANIFEST = "manifest.json"         # module -> source sha256 and compiled file, at build time
+
+
+def source_path(module: str, package: Path = PACKAGE) -> Path:
+    """The .py file of `module` ("simserve.sim.leap" -> <package>/sim/leap.py)."""
+    return package.joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def compiled_relpath(module: str, suffix: str) -> str:
+    """Where the compiled copy lies under `<package>/_compiled/` (posix path)."""
+    parts = module.split(".")[1:]
+    return "/".join([*parts[:-1], parts[-1] + suffix])
+
+
+def source_sha256(path: Path) -> str:
+    import hashlib  # (imported on first use: `import simserve` stays fast)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class CompiledFinder:
+    """Finds the compiled copy of a module in `modules` when it is fresh (see the module's
+    docstring); otherwise defers to the normal import of the source."""
+
+    def __init__(self, package: Path = PACKAGE, modules=MODULES):
+        self.package = package
+        self.modules = frozenset(modules)
+        self._manifest: dict | None = None
+        self.stale: list[str] = []
+        self._warned = False
+
+    def manifest(self) -> dict:
+        if self._manifest is None:
+            import json
+            try:
+                m = json.loads((self.package / OUT_DIR / MANIFEST).read_text())
+                self._manifest = m.get("modules", {}) if isinstance(m, dict) else {}
+            except (OSError, ValueError):
+                self._manifest = {}
+        return self._manifest
+
+    def state(self, module: str) -> str:
+        """'compiled', 'stale' (the source changed since the build), 'absent' (not built,
+        or built for another Python) or 'disabled' (SIMSERVE_PURE_PYTHON)."""
+        if os.environ.get("SIMSERVE_PURE_PYTHON"):
+            return "disabled"
+        entry = self.manifest().get(module)
+        if entry is None or not any(entry["file"].endswith(s) for s in EXTENSION_SUFFIXES) \
+                or not (self.package / OUT_DIR / entry["file"]).is_file():
+            return "absent"
+        try:
+            fresh = source_sha256(source_path(module, self.package)) == entry["sha256"]
+        except OSError:
+            return "absent"
+        return "compiled" if fresh else "stale"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.modules:
+            return None
+        state = self.state(fullname)
+        if state == "stale":
+            self.stale.append(fullname)
+            if not self._warned:
+                self._warned = True
+                print(f"simserve: {fullname} changed since it was compiled; running it (and "
+                      "any other changed module) from source; rebuild with `pip install -e .`",
+                      file=sys.stderr)
+        if state != "compiled":
+            return None
+        origin = str(self.package / OUT_DIR / self.manifest()[fullname]["file"])
+        return ModuleSpec(fullname, ExtensionFileLoader(fullname, origin), origin=origin)
+
+
+_FINDER: CompiledFinder | None = None
+
+
+def install_finder() -> None:
+    """Put the finder first on sys.meta_path (once per process)."""
+    global _FINDER
+    if _FINDER is None:
+        _FINDER = CompiledFinder()
+        sys.meta_path.insert(0, _FINDER)
+
+
+def status() -> dict[str, str]:
+    """Each module of `MODULES` and how it runs in this process: 'compiled', 'stale',
+    'absent', 'disabled' (see `CompiledFinder.state`) or 'source' (imported from source
+    before the finder was installed)."""
+    finder = _FINDER or CompiledFinder()
+    out = {}
+    for m in MODULES:
+        mod = sys.modules.get(m)
+        if mod is not None and not str(getattr(mod, "__file__", "")).endswith(".py"):
+            out[m] = "compiled"
+        else:
+            st = finder.state(m)
+            out[m] = "source" if mod is not None and st == "compiled" else st
+    return out
+
+
+def summary() -> str:
+    """One line: how many of the hot modules run compiled."""
+    s = status()
+    n = sum(v == "compiled" for v in s.values())
+    other = sorted({v for v in s.values() if v != "compiled"})
+    return f"compiled modules: {n}/{len(s)}" + (f" (others {', '.join(other)})" if other else "")

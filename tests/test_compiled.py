@@ -1,0 +1,117 @@
+"""The compiled copies of the hot modules (simserve/compiled.py, setup.py): loaded only while
+their source is unchanged, and giving the same results, bit for bit, as the source."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
+from pathlib import Path
+
+import pytest
+
+from simserve import compiled
+from simserve.compiled import CompiledFinder
+
+ROOT = Path(__file__).resolve().parent.parent
+MOD = "simserve.pkg.hot"
+
+
+def _package(tmp_path: Path, built: bool = True) -> Path:
+    """A package folder with one module and, if `built`, its 'compiled copy' (a placeholder
+    file: the finder only locates it) in the manifest as setup.py writes it."""
+    pkg = tmp_path / "simserve"
+    (pkg / "pkg").mkdir(parents=True)
+    src = pkg / "pkg" / "hot.py"
+    src.write_text("X = 1\n")
+    if built:
+        rel = compiled.compiled_relpath(MOD, EXTENSION_SUFFIXES[0])
+        out = pkg / compiled.OUT_DIR / rel
+        out.parent.mkdir(parents=True)
+        out.write_bytes(b"")
+        (pkg / compiled.OUT_DIR / compiled.MANIFEST).write_text(json.dumps(
+            {"modules": {MOD: {"sha256": compiled.source_sha256(src), "file": rel}}}))
+    return pkg
+
+
+def test_finder_takes_a_fresh_copy_and_leaves_a_stale_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SIMSERVE_PURE_PYTHON", raising=False)
+    pkg = _package(tmp_path)
+    f = CompiledFinder(pkg, [MOD])
+    spec = f.find_spec(MOD)
+    assert f.state(MOD) == "compiled"
+    assert isinstance(spec.loader, ExtensionFileLoader) and spec.name == MOD
+    assert Path(spec.origin).parent == pkg / compiled.OUT_DIR / "pkg"
+    assert f.find_spec("simserve.pkg.other") is None  # not a listed module
+    monkeypatch.setenv("SIMSERVE_PURE_PYTHON", "1")
+    assert f.state(MOD) == "disabled" and f.find_spec(MOD) is None
+    monkeypatch.delenv("SIMSERVE_PURE_PYTHON")
+    (pkg / "pkg" / "hot.py").write_text("X = 2\n")  # edited since the build
+    assert f.state(MOD) == "stale" and f.find_spec(MOD) is None and f.find_spec(MOD) is None
+    assert f.stale == [MOD, MOD]
+    err = capsys.readouterr().err
+    assert err.count("changed since it was compiled") == 1 and MOD in err
+
+
+def test_finder_without_a_build(tmp_path, monkeypatch):
+    monkeypatch.delenv("SIMSERVE_PURE_PYTHON", raising=False)
+    pkg = _package(tmp_path, built=False)
+    f = CompiledFinder(pkg, [MOD])
+    assert f.state(MOD) == "absent" and f.find_spec(MOD) is None
+    pkg = _package(tmp_path / "b")
+    next((pkg / compiled.OUT_DIR).rglob("hot*")).unlink()  # listed, file gone
+    assert CompiledFinder(pkg, [MOD]).state(MOD) == "absent"
+
+
+def test_modules_exist_and_setup_reads_the_same_list():
+    for m in compiled.MODULES:
+        assert compiled.source_path(m).is_file(), m
+    assert len(set(compiled.MODULES)) == len(compiled.MODULES)
+    assert "compiled.py" in (ROOT / "setup.py").read_text()
+
+
+# every policy family's compiled engine, a few hundred requests each (benchmarks/bench_loop.py)
+_DIGEST = r"""
+import hashlib, sys
+sys.path.insert(0, sys.argv[1])
+import bench_loop as B
+from simserve import compiled
+from simserve.hardware.setup import HardwareConfig, resolve_hardware
+from simserve.run import simulate_point
+from simserve.runner.config import parse_experiment
+from simserve.runner.point import make_workload
+for label in sys.argv[2:]:
+    policy, s, params = B.CASES[label]
+    cfg = parse_experiment({"model": s["model"], "hardware": s["hardware"],
+        "workload": {"trace": s["trace"], "num_requests": 300, "arrival": "poisson",
+                     "rates": [s["rate"]], "seed": 0}, "policies": [{"name": policy, **params}]})
+    r = simulate_point(make_workload(cfg, s["rate"], 0), s["model"],
+                       resolve_hardware(HardwareConfig(**s["hardware"])), policy,
+                       cfg.policies[0].config)
+    h = hashlib.sha256()
+    for a in (r.records.token_times_s, r.records.num_preemptions, r.records.first_token_s,
+              r.records.finish_s):
+        h.update(a.tobytes())
+    print(label, h.hexdigest(), r.stats["num_iterations"])
+print(compiled.summary())
+"""
+_CASES = ["vllm-h100", "sarathi-h100", "neo-fig9a", "dualpace-fig9a", "chunked-fig12",
+          "muxwise-fig12", "distserve-fig12", "loongserve-fig12", "conflux-fig12"]
+
+
+@pytest.mark.skipif(not any(v == "compiled" for v in compiled.status().values()),
+                    reason="the hot modules are not compiled in this install")
+def test_compiled_results_equal_the_source():
+    def run(pure: bool) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if k != "SIMSERVE_PURE_PYTHON"}
+        if pure:
+            env["SIMSERVE_PURE_PYTHON"] = "1"
+        out = subprocess.run([sys.executable, "-c", _DIGEST, str(ROOT / "benchmarks"), *_CASES],
+                             env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+        return out.stdout.splitlines()
+    fast, pure = run(False), run(True)
+    assert fast[-1].startswith("compiled modules: ") and not fast[-1].startswith(
+        "compiled modules: 0/")
+    assert pure[-1].startswith("compiled modules: 0/")
+    assert fast[:-1] == pure[:-1] and len(fast) == len(_CASES) + 1
