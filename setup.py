@@ -32,6 +32,7 @@ def _plan():
 
 PLAN = _plan()
 SKIP = bool(os.environ.get("SIMSERVE_NO_COMPILE"))
+OUT = ("simserve", PLAN.OUT_DIR)  # the compiled copies' folder, from the package's parent
 
 
 def _warn(msg: str) -> None:
@@ -80,7 +81,7 @@ class BuildCompiled(build_ext):
         """simserve/_compiled/<sub-path>/<module><suffix>: never beside the .py it would
         shadow (the finder loads it under the module's own name)."""
         suffix = _suffix(self.get_ext_filename(ext_name.rpartition(".")[2]))
-        return "simserve/" + PLAN.OUT_DIR + "/" + PLAN.compiled_relpath(ext_name, suffix)
+        return "/".join([*OUT, PLAN.compiled_relpath(ext_name, suffix)])
 
     def get_ext_fullpath(self, ext_name: str) -> str:
         return os.path.join(self.build_lib, *self._rel(ext_name).split("/"))
@@ -96,9 +97,9 @@ class BuildCompiled(build_ext):
         """The _compiled folders this build fills: in the build folder and, for an editable
         install, in the source tree."""
         build_py = self.get_finalized_command("build_py")
-        dirs = [Path(self.build_lib) / "simserve" / PLAN.OUT_DIR]
+        dirs = [Path(self.build_lib).joinpath(*OUT)]
         if self.inplace:
-            dirs.append(Path(build_py.get_package_dir("simserve")) / PLAN.OUT_DIR)
+            dirs.append(Path(build_py.get_package_dir(OUT[0])) / OUT[1])
         return dirs
 
     def _write_manifest(self) -> None:
@@ -120,7 +121,7 @@ class BuildCompiled(build_ext):
     def get_outputs(self):
         outs = super().get_outputs()
         if self._compile:
-            outs.append(str(Path(self.build_lib) / "simserve" / PLAN.OUT_DIR / PLAN.MANIFEST))
+            outs.append(str(Path(self.build_lib).joinpath(*OUT, PLAN.MANIFEST)))
         return outs
 
 

@@ -5,22 +5,22 @@ plain Python. Installing the package (`pip install .` or `pip install -e .`) als
 modules in `MODULES` with Cython (`setup.py`), unchanged, into `simserve/_compiled/`. Their
 results are the same floats, bit for bit (`tests/test_compiled.py` runs policies both ways):
 the same operations in the same order, no fused multiply-add (`-ffp-contract=off`), numpy
-still does the array work. A compiled module only runs the loop faster (about 1.35x on the
-vLLM point of `benchmarks/bench_loop.py`).
+still does the array work. A compiled module only runs the loop faster (1.25x on the vLLM
+point of `benchmarks/bench_loop.py` in `benchmarks/results/speed-20261202g.txt`).
 
 The `.py` file stays the source of truth. `install_finder` (called by `import simserve`) puts
 a finder first on `sys.meta_path` that loads a module's compiled copy only while the
 source's sha256 equals the one recorded when it was built (`_compiled/manifest.json`); an
-edited module runs from its source, with one warning per process naming the stale modules
-(rebuild: `pip install -e .`). Nothing compiled (no compiler, `SIMSERVE_NO_COMPILE=1` at
+edited module runs from its source, with one warning per process naming the first such
+module (rebuild: `pip install -e .`). Nothing compiled (no compiler, `SIMSERVE_NO_COMPILE=1` at
 install) means pure Python everywhere; `SIMSERVE_PURE_PYTHON=1` makes a process ignore
 the compiled copies. `simserve --version` says how many modules run compiled; `status`
 lists each.
 
 A module joins `MODULES` when a profile shows its own time in a loop; it must not depend on
 Python integers wider than 64 bits (Cython's inferred C integers raise OverflowError past
-that, `DIRECTIVES`), nor on its functions being Python function objects (they are not
-descriptors' `__get__`-bound Python functions: no `inspect.signature`, `__code__`).
+that, `DIRECTIVES`), nor on its functions being Python function objects (compiled, they
+have no `__code__` and no `inspect.signature`).
 This module imports only the standard library: `setup.py` reads it before simserve's
 dependencies are installed.
 """
@@ -86,7 +86,6 @@ class CompiledFinder:
         self.package = package
         self.modules = frozenset(modules)
         self._manifest: dict | None = None
-        self.stale: list[str] = []
         self._warned = False
 
     def manifest(self) -> dict:
@@ -118,11 +117,9 @@ class CompiledFinder:
         if fullname not in self.modules:
             return None
         state = self.state(fullname)
-        if state == "stale":
-            self.stale.append(fullname)
-            if not self._warned:
-                self._warned = True
-                print(f"simserve: {fullname} changed since it was compiled; running it (and "
+        if state == "stale" and not self._warned:
+            self._warned = True
+            print(f"simserve: {fullname} changed since it was compiled; running it (and "
                       "any other changed module) from source; rebuild with `pip install -e .`",
                       file=sys.stderr)
         if state != "compiled":

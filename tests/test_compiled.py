@@ -49,7 +49,6 @@ def test_finder_takes_a_fresh_copy_and_leaves_a_stale_one(tmp_path, monkeypatch,
     monkeypatch.delenv("SIMSERVE_PURE_PYTHON")
     (pkg / "pkg" / "hot.py").write_text("X = 2\n")  # edited since the build
     assert f.state(MOD) == "stale" and f.find_spec(MOD) is None and f.find_spec(MOD) is None
-    assert f.stale == [MOD, MOD]
     err = capsys.readouterr().err
     assert err.count("changed since it was compiled") == 1 and MOD in err
 
@@ -64,11 +63,13 @@ def test_finder_without_a_build(tmp_path, monkeypatch):
     assert CompiledFinder(pkg, [MOD]).state(MOD) == "absent"
 
 
-def test_modules_exist_and_setup_reads_the_same_list():
+def test_listed_modules_exist_and_keep_to_64_bits():
     for m in compiled.MODULES:
         assert compiled.source_path(m).is_file(), m
     assert len(set(compiled.MODULES)) == len(compiled.MODULES)
-    assert "compiled.py" in (ROOT / "setup.py").read_text()
+    # its block hashes are mixed as unsigned 64-bit Python ints, which inferred C integers
+    # would overflow (docs/architecture.md, "Compiled hot modules")
+    assert "simserve.sim.prefix_cache" not in compiled.MODULES
 
 
 # every policy family's compiled engine, a few hundred requests each (benchmarks/bench_loop.py)
