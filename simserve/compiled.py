@@ -74,8 +74,14 @@ def compiled_relpath(module: str, suffix: str) -> str:
 
 
 def source_sha256(path: Path) -> str:
+    """The sha256 of a module's source: its .py, and its .pxd when it has one (the C types
+    its compiled copy declares; the wheel ships it, so an installed module hashes the same)."""
     import hashlib  # (imported on first use: `import simserve` stays fast)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256(path.read_bytes())
+    pxd = path.with_suffix(".pxd")
+    if pxd.is_file():
+        h.update(pxd.read_bytes())
+    return h.hexdigest()
 
 
 class CompiledFinder:

@@ -18,13 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 MOD = "simserve.pkg.hot"
 
 
-def _package(tmp_path: Path, built: bool = True) -> Path:
-    """A package folder with one module and, if `built`, its 'compiled copy' (a placeholder
-    file: the finder only locates it) in the manifest as setup.py writes it."""
+def _package(tmp_path: Path, built: bool = True, pxd: str | None = None) -> Path:
+    """A package folder with one module (and its .pxd, if given) and, if `built`, its
+    'compiled copy' (a placeholder file: the finder only locates it) in the manifest as
+    setup.py writes it."""
     pkg = tmp_path / "simserve"
     (pkg / "pkg").mkdir(parents=True)
     src = pkg / "pkg" / "hot.py"
     src.write_text("X = 1\n")
+    if pxd is not None:
+        src.with_suffix(".pxd").write_text(pxd)
     if built:
         rel = compiled.compiled_relpath(MOD, EXTENSION_SUFFIXES[0])
         out = pkg / compiled.OUT_DIR / rel
@@ -51,6 +54,18 @@ def test_finder_takes_a_fresh_copy_and_leaves_a_stale_one(tmp_path, monkeypatch,
     assert f.state(MOD) == "stale" and f.find_spec(MOD) is None and f.find_spec(MOD) is None
     err = capsys.readouterr().err
     assert err.count("changed since it was compiled") == 1 and MOD in err
+
+
+def test_a_changed_pxd_makes_the_copy_stale(tmp_path, monkeypatch):
+    """The C types a module's .pxd declares are part of its compiled copy's source."""
+    monkeypatch.delenv("SIMSERVE_PURE_PYTHON", raising=False)
+    pkg = _package(tmp_path)
+    (pkg / "pkg" / "hot.pxd").write_text("cdef long X\n")  # added after the build
+    assert CompiledFinder(pkg, [MOD]).state(MOD) == "stale"
+    pkg = _package(tmp_path / "b", pxd="cdef long X\n")
+    assert CompiledFinder(pkg, [MOD]).state(MOD) == "compiled"
+    (pkg / "pkg" / "hot.pxd").write_text("cdef double X\n")
+    assert CompiledFinder(pkg, [MOD]).state(MOD) == "stale"
 
 
 def test_finder_without_a_build(tmp_path, monkeypatch):

@@ -72,7 +72,7 @@ def test_decode_ends_are_stepped_clocks(c, k, clock):
 
 @settings(max_examples=300, deadline=None)
 @given(gpu=st.sampled_from(sorted(_HW)), graphs=st.booleans(), B=st.integers(1, 600),
-       mean=st.integers(0, 40000), spread=st.integers(0, 30000), k=st.integers(1, 80),
+       mean=st.integers(0, 40000), spread=st.integers(0, 30000), k=st.integers(1, 300),
        scheduling=st.sampled_from([None, "sync", "async"]))
 def test_decode_steps_list_matches_the_array_path(gpu, graphs, B, mean, spread, k, scheduling):
     cost = _cost(gpu, graphs, scheduling)

@@ -74,7 +74,21 @@ def in_situ_factor(m: dict | None, tokens: np.ndarray) -> np.ndarray:
                      np.asarray(m["factor"], dtype=np.float64))
 
 
+def _compiled() -> bool:
+    """Does this module run compiled (simserve/compiled.py)? Compiled functions have no
+    `__code__`."""
+    return not hasattr(_compiled, "__code__")
+
+
+# Up to this many steps `decode_steps_list` beats `decode_steps_s`'s dozen numpy calls. From
+# source its per-step loop costs ~0.9 µs, so the crossover is ~24 steps; compiled, the loop
+# runs on C doubles (~0.03 µs a step) and the list path is faster at every length measured
+# (1 to 320 steps on this project's machine), so it always takes it.
+LIST_STEPS = 1 << 30 if _compiled() else 24
+
+
 class GpuCostModel:
+    list_steps = LIST_STEPS  # see LIST_STEPS
     def __init__(self, model: ModelSpec, gpu: HardwareProfile, tp: int = 1,
                  nvlink: HardwareProfile | None = None, cuda_graphs: bool = True,
                  table_tokens: int = 16384, mixed_attention: str = "split",
@@ -294,54 +308,40 @@ class GpuCostModel:
 
     def decode_steps_list(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int
                           ) -> list[float]:
-        """`decode_steps_s(...)` as a list, for a few steps: plain-float arithmetic around
-        numpy's log2, interp and exp (the same floats; numpy calls cost more than the
-        arithmetic on short arrays)."""
+        """`decode_steps_s(...)` as a list: numpy's log2, interp and exp on the grid (the
+        calls whose floats numpy defines), then the rest of each step's arithmetic in one
+        loop over plain floats (`_decode_step_times`, C doubles when compiled) instead of a
+        dozen numpy calls, which cost more than the arithmetic on short arrays. The same
+        floats (tests check)."""
         B = num_decodes
         fn = self._decode_fn
         grid = getattr(fn, "grid", None)
         if grid is None:
             return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
         lt0, lt1, a, w, xbeyond, ys0, ys1 = grid.row_plan(B)
-        y = [(ctx_sum0 + B * j) / B for j in range(k)]
-        if xbeyond or y[0] < ys0 or y[0] < 1.0 or y[-1] > ys1:
+        y_first, y_last = ctx_sum0 / B, (ctx_sum0 + B * (k - 1)) / B
+        if xbeyond or y_first < ys0 or y_first < 1.0 or y_last > ys1:
             return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
         self._ensure(B)
-        lya = np.log2(y)
-        if a is None:
-            base = np.exp(_interp(lya, grid._ly, lt0)).tolist()
-        else:
-            r1 = _interp(lya, grid._ly, lt1).tolist()
-            base = np.exp([a * p + w * q for p, q in
-                           zip(_interp(lya, grid._ly, lt0).tolist(), r1)]).tolist()
-        dense, L, lm, situ = self._dense[B], self.num_layers, self._lm[B], self._situ[B]
-        host = self._host_us(B, B)
-        graph = B <= self.graph_max
-        ov, g, la = self.graph_overlap_layer_us, self.graph_us, self.launch_layer_us
+        # y = (ctx_sum0 + B·j) / B as Python divides two ints: each exactly converted, then
+        # one division
+        lya = np.arange(ctx_sum0, ctx_sum0 + B * k, B, dtype=np.int64) / B
+        np.log2(lya, out=lya)
+        base = _interp(lya, grid._ly, lt0)
+        if a is not None:  # between two rows: a·row0 + w·row1, as `Grid.rising`
+            _blend(base, a, _interp(lya, grid._ly, lt1), w)
+        np.exp(base, out=base)
         imb = fn.imbalance
         e0 = -(-ctx_sum0 // B)
         if imb is not None and ctx_max0 > e0:  # unequal contexts (constant over the steps)
-            rate, sqrt = imb.rate, math.sqrt
-            attn = []
-            add = attn.append
-            for b, lmx, leq in zip(base, imb.longest_run(B, ctx_max0, k).tolist(),
-                                   imb.longest_run(B, e0, k).tolist()):
-                scale = 1.0 / (rate * (b if b >= 1e-9 else 1e-9))
-                x, xe = lmx * scale, leq * scale
-                add(b * (sqrt(1.0 + x * x) / sqrt(1.0 + xe * xe)) + dense)
+            lmx, leq, rate = imb.longest_run(B, ctx_max0, k), imb.longest_run(B, e0, k), imb.rate
         else:
-            attn = [b + dense for b in base]
-        # forward, then its combination with the host work (as `_combine`), in one pass
-        if graph:
-            if self.overlap:
-                return [(f if (f := ((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm)
-                              * situ) >= host else host) * 1e-6 for v in attn]
-            return [(host + ((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm) * situ)
-                    * 1e-6 for v in attn]
-        if self.overlap:
-            return [(f if (f := (L * (v if v >= la else la) + lm) * situ) >= host else host)
-                    * 1e-6 for v in attn]
-        return [(host + (L * (v if v >= la else la) + lm) * situ) * 1e-6 for v in attn]
+            lmx = leq = None
+            rate = 0.0
+        return _decode_step_times(
+            base, lmx, leq, rate, self._dense[B], self.num_layers, self._lm[B],
+            self._situ[B], self._host_us(B, B), B <= self.graph_max, self.overlap,
+            self.graph_us, self.graph_overlap_layer_us, self.launch_layer_us)
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads
@@ -355,3 +355,41 @@ class GpuCostModel:
     def prefill_only_s(self, prompt_tokens: int) -> float:
         """One whole prompt alone in a batch (it samples its first token)."""
         return self.step_s(prefill_batch(prompt_tokens))
+
+
+def _decode_step_times(base: np.ndarray, lmx: np.ndarray | None, leq: np.ndarray | None,
+                       rate: float,
+                       dense: float, L: int, lm: float, situ: float, host: float,
+                       graph: bool, overlap: bool, g: float, ov: float, la: float
+                       ) -> list[float]:
+    """`decode_steps_list`'s arithmetic per step, in seconds, from each step's attention time
+    on the grid (`base`, µs) and, for unequal contexts, its longest program at the longest
+    and at equal contexts (`lmx`, `leq`; None: equal contexts, factor 1): the unequal-context
+    factor (`SplitImbalance.factor`), the dense layers, the forward pass (`forward_us`: CUDA
+    graph or eager launches) and its combination with the host work (`_combine`). Plain
+    floats, the same operations in the same order; C doubles where compiled (`gpu.pxd`)."""
+    out = []
+    for j in range(len(base)):
+        b = float(base[j])
+        if lmx is not None:
+            scale = 1.0 / (rate * (b if b >= 1e-9 else 1e-9))
+            x = float(lmx[j]) * scale
+            xe = float(leq[j]) * scale
+            v = b * (math.sqrt(1.0 + x * x) / math.sqrt(1.0 + xe * xe)) + dense
+        else:
+            v = b + dense
+        if graph:
+            f = ((g + L * (v - ov if v - ov >= 0.5 * v else 0.5 * v)) + lm) * situ
+        else:
+            f = (L * (v if v >= la else la) + lm) * situ
+        if overlap:
+            out.append((f if f >= host else host) * 1e-6)
+        else:
+            out.append((host + f) * 1e-6)
+    return out
+
+
+def _blend(r0: np.ndarray, a: float, r1: np.ndarray, w: float) -> None:
+    """r0 := a·r0 + w·r1 elementwise (numpy's three calls' floats, in one loop)."""
+    for j in range(len(r0)):
+        r0[j] = a * float(r0[j]) + w * float(r1[j])

@@ -57,6 +57,7 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
     The same floats as `decode_ends` whatever the guess (tests check)."""
     B, e, ends, j0 = num_decodes, float(clock), [], 0  # a float: numpy scalars add 3x slower
     fast = getattr(type(cost), "decode_steps_list", None) is not None
+    list_steps = cost.list_steps if fast else 0
     n = kmax
     if step_hint > 0.0 and next_arrival_s < math.inf:
         n = max(2, int((next_arrival_s - clock) / step_hint) + 2)
@@ -68,7 +69,7 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
             d = np.atleast_1d(cost.decode_only_s(B, s0 + B * steps, m0 + steps)).tolist()
         elif n <= SCALAR_STEPS:  # one step at a time, as stepping prices it
             d = [cost.decode_only_s(B, s0 + B * j, m0 + j) for j in range(n)]
-        elif n <= LIST_STEPS:
+        elif n <= list_steps:  # (GpuCostModel.list_steps: where the list path is faster)
             d = cost.decode_steps_list(B, s0, m0, n)
         else:
             d = cost.decode_steps_s(B, s0, m0, n).tolist()
@@ -83,8 +84,7 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
     return ends
 
 
-LIST_STEPS = 24  # below this many steps, plain-float pricing beats numpy's per-call cost
 # up to this many steps, a GpuCostModel's scalar `decode_only_s` per step (~4.6 µs on this
-# project's machine) beats `decode_steps_list`'s fixed numpy calls (10-15 µs for one step):
+# project's machine) beats `decode_steps_list`'s fixed numpy calls (~6-10 µs for one step):
 # most leaps of an engine under async scheduling that waits to see its head take one step
 SCALAR_STEPS = 2

@@ -21,7 +21,6 @@ from simserve.policies.dualpace.gpu_schedule import plan_round
 from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.policies.dualpace.state import CPU, GPU, MIGRATING, NONE, SharedState
 from simserve.sim.clock import at
-from simserve.sim.leap import LIST_STEPS
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 DECODE_LOOKAHEAD = 64     # most decode steps priced per cost-model call
@@ -308,7 +307,7 @@ class GpuEngine(EngineBase):
         if getattr(type(cost), "decode_steps_list", None) is None:
             i = np.arange(n, dtype=np.int64)   # wrappers (a real executor's replay)
             return np.atleast_1d(cost.decode_only_s(B, S + B * i, cmax + i)).tolist()
-        if n <= LIST_STEPS:
+        if n <= cost.list_steps:
             return cost.decode_steps_list(B, S, cmax, n)
         return cost.decode_steps_s(B, S, cmax, n).tolist()
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.cost.sp import SpCostModel
-from simserve.sim.leap import LIST_STEPS
 
 
 class LoongCostModel(SpCostModel):
@@ -79,6 +78,6 @@ class LoongCostModel(SpCostModel):
         r = busy[0]
         b = int(n_d[r])
         s0, m = int(c0[r]) + b * lo, int(m0[r]) + lo
-        if n <= LIST_STEPS:  # a few steps: plain-float pricing, the array path's floats
+        if n <= self.base.list_steps:  # a few steps: plain-float pricing, the array path's floats
             return np.array(self.base.decode_steps_list(b, s0, m, n), dtype=np.float64)
         return self.base.decode_steps_s(b, s0, m, n)
