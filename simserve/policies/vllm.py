@@ -11,6 +11,41 @@ from simserve.policies.replicas import build_replicas
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
+def _running_fit(comp, blocks, ntok, run: list, budget: int, bs: int, free: int):
+    """`_schedule_running_small`'s loop: each running request's tokens this step (its need,
+    within what the budget leaves after the earlier ones) and the KV blocks they take. If
+    the blocks fit in `free`, writes the new block counts and returns (tokens per request,
+    blocks taken, whether every request got some); else None and nothing is written.
+    Memoryviews of the request table's arrays; C arrays when compiled (vllm.pxd)."""
+    out_n, nbs = [], []
+    left = budget  # budget less every earlier request's need (the cumsum in the numpy path)
+    total, keep = 0, True
+    for i in range(len(run)):
+        r = run[i]
+        x = comp[r]
+        need = ntok[r] - x
+        n = need if need < left else (left if left > 0 else 0)
+        left -= need
+        nb = 0
+        if n > 0:
+            nb = -(-(x + n) // bs) - blocks[r]
+            if nb < 0:
+                nb = 0
+        else:
+            keep = False
+        out_n.append(n)
+        nbs.append(nb)
+        total += nb
+    if total > free:
+        return None
+    if total:
+        for i in range(len(run)):
+            nb = nbs[i]
+            if nb:
+                blocks[run[i]] += nb
+    return out_n, total, keep
+
+
 class VllmEngine(ChunkedEngine):
     kind = "vllm"
 
@@ -36,35 +71,16 @@ class VllmEngine(ChunkedEngine):
         """The vectorised common case above on plain ints (a small batch: numpy calls cost
         more than the arithmetic); the same decisions, the batch as lists."""
         comp, blocks, ntok, _, _ = self._views
-        run = self.running
-        held = [blocks[r] for r in run]
-        left = self.budget  # budget less every earlier request's need (the cumsum above)
-        out_n, nbs, total, keep = [], [], 0, True
-        for r, h in zip(run, held):
-            x = comp[r]
-            need = ntok[r] - x
-            n = need if need < left else (left if left > 0 else 0)
-            left -= need
-            nb = 0
-            if n > 0:
-                nb = -(-(x + n) // bs) - h
-                if nb < 0:
-                    nb = 0
-            else:
-                keep = False
-            out_n.append(n)
-            nbs.append(nb)
-            total += nb
-        if total > self.pool.num_free:
+        plan = _running_fit(comp, blocks, ntok, self.running, self.budget, bs,
+                            self.pool.num_free)
+        if plan is None:
             return self._schedule_running_slow()
+        out_n, total, keep = plan
         self.pool.allocate(total)
-        if total:
-            for r, h, nb in zip(run, held, nbs):
-                if nb:
-                    blocks[r] = h + nb
         if keep:
-            return list(run), out_n, False
-        return [r for r, k in zip(run, out_n) if k > 0], [k for k in out_n if k > 0], False
+            return list(self.running), out_n, False
+        return ([r for r, k in zip(self.running, out_n) if k > 0], [k for k in out_n if k > 0],
+                False)
 
     def _schedule_running_slow(self):
         """The reference loop: newest running requests are preempted until the next fits."""

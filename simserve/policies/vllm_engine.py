@@ -54,6 +54,79 @@ SMALL_BATCH = 48  # up to this many requests, schedule and shape batches on plai
 INF = float("inf")
 
 
+# -- the per-request loops over the request table (memoryviews of its int64 arrays; C arrays
+# when compiled, vllm_engine.pxd) ---------------------------------------------------------
+def _classify(comp, ntok, gen, il: list, nl: list):
+    """`_shape`'s loop: a batch's requests (ids `il`, tokens `nl`) as prefill chunks (their
+    tokens, cached context) and decodes (context after the step); which sample a token, and
+    how many do."""
+    pre_n, pre_c, dctx, sample = [], [], [], []
+    num_sample = 0
+    for i in range(len(il)):
+        r = il[i]
+        k = nl[i]
+        x = comp[r]
+        tok = ntok[r]
+        if k == 1 and x == tok - 1 and gen[r] > 0:
+            dctx.append(x + 1)
+        else:
+            pre_n.append(k)
+            pre_c.append(x)
+        s = x + k == tok
+        sample.append(s)
+        num_sample += s
+    return pre_n, pre_c, dctx, sample, num_sample
+
+
+def _advance(comp, il: list, nl: list, sample: list) -> list:
+    """`_apply`'s loop: each request's computed tokens grow by its tokens; returns the ids
+    that sample a token."""
+    out = []
+    for i in range(len(il)):
+        r = il[i]
+        comp[r] += nl[i]
+        if sample[i]:
+            out.append(r)
+    return out
+
+
+def _decoding(comp, blocks, ntok, gen, running: list, bs: int):
+    """`_leap_state`'s loop: (contexts, outputs so far, tokens their held KV blocks still fit)
+    of a running batch that is all decoding (every request has sampled and has its last
+    token's KV to compute), else None."""
+    c, g, room = [], [], []
+    for i in range(len(running)):
+        r = running[i]
+        x = comp[r]
+        y = gen[r]
+        if y == 0 or ntok[r] != x + 1:
+            return None
+        c.append(x)
+        g.append(y)
+        room.append(blocks[r] * bs - x)
+    return c, g, room
+
+
+def _advance_steps(cv, bv, il: list, c: list, room: list, steps: list, k: int, bs: int,
+                   short: list) -> int:
+    """`_commit_leap`'s loop: request il[i] (context c[i], room[i] tokens left in its held
+    blocks) decodes steps[i] steps; its context and blocks grow. Appends to `short` the
+    steps of those with fewer than k; returns the new blocks taken (`new_blocks_upto`)."""
+    nb = 0
+    for i in range(len(il)):
+        r = il[i]
+        x = c[i]
+        a = room[i]
+        s = steps[i]
+        if s < k:
+            short.append(s)
+        cv[r] = x + s
+        if a < s:  # it needs new blocks: `new_blocks`' term
+            nb -= (a - s) // bs
+            bv[r] = -(-(x + s) // bs)
+    return nb
+
+
 def _appended(ids, n, new_ids: list, new_n: list):
     """The batch (ids, tokens: arrays, or lists for a small batch) with the requests
     admitted this step appended."""
@@ -280,20 +353,13 @@ class ChunkedEngine(EngineBase):
     def _shape(self, ids, n) -> tuple[BatchShape, list | np.ndarray]:
         t = self.ctx.table
         if type(ids) is list or len(ids) <= SMALL_BATCH:  # plain ints beat numpy's
-            pre_n, pre_c, dctx, sample = [], [], [], []  # per-call cost here
-            comp, _, ntok, gen, _ = self._views
+            comp, _, ntok, gen, _ = self._views  # per-call cost here
             nl = n if type(n) is list else n.tolist()
-            for r, k in zip(ids if type(ids) is list else ids.tolist(), nl):
-                x, tok = comp[r], ntok[r]
-                if k == 1 and x == tok - 1 and gen[r] > 0:
-                    dctx.append(x + 1)
-                else:
-                    pre_n.append(k)
-                    pre_c.append(x)
-                sample.append(x + k == tok)
+            pre_n, pre_c, dctx, sample, num_sample = _classify(
+                comp, ntok, gen, ids if type(ids) is list else ids.tolist(), nl)
             shape = BatchShape(
                 num_tokens=sum(nl), prefill_chunks=pre_n, prefill_ctx=pre_c,
-                num_decodes=len(dctx), decode_ctx_sum=sum(dctx), num_sample_rows=sum(sample),
+                num_decodes=len(dctx), decode_ctx_sum=sum(dctx), num_sample_rows=num_sample,
                 decode_ctx=dctx, decode_ctx_max=max(dctx) if dctx else None)
             self.prefill_tokens += shape.num_tokens - shape.num_decodes
             return shape, sample
@@ -312,11 +378,8 @@ class ChunkedEngine(EngineBase):
     def _apply(self, ids, n, sample) -> None:
         t = self.ctx.table
         if type(sample) is list:  # `_shape`'s small batch
-            il = ids if type(ids) is list else ids.tolist()
-            comp = self._views[0]
-            for r, k in zip(il, n if type(n) is list else n.tolist()):
-                comp[r] += k
-            out = [r for r, s in zip(il, sample) if s]  # (`emit` takes a list)
+            out = _advance(self._views[0], ids if type(ids) is list else ids.tolist(),
+                           n if type(n) is list else n.tolist(), sample)  # (`emit` takes a list)
         else:
             t.computed[ids] += n
             out = ids[sample]
@@ -368,12 +431,11 @@ class ChunkedEngine(EngineBase):
             return None  # admissible even if every decode takes a new block: no leap
         bs = self.pool.block_size
         comp, blocks, ntok, gen, _ = self._views  # plain ints: numpy calls cost more
-        c = [comp[r] for r in running]
-        g = [gen[r] for r in running]
-        if 0 in g or [ntok[r] for r in running] != [x + 1 for x in c]:
+        batch = _decoding(comp, blocks, ntok, gen, running, bs)
+        if batch is None:
             return None  # a prefill (or recompute) is in flight
+        c, g, room = batch
         ids = np.array(running, dtype=np.int64)
-        room = [blocks[r] * bs - x for r, x in zip(running, c)]
         free = self.pool.num_free
         most, cap = LEAP_CAP, free
         if waiting:
@@ -582,12 +644,7 @@ class ChunkedEngine(EngineBase):
             return
         il = ids if type(ids) is list else ids.tolist()
         cv, bv = self._views[:2]  # a few requests: element writes beat numpy's fancy indexing
-        nb = 0
-        for r, x, a in zip(il, c, p.room):
-            cv[r] = x + k
-            if a < k:  # it needs new blocks: `new_blocks`' term
-                nb -= (a - k) // bs
-                bv[r] = -(-(x + k) // bs)
+        nb = _advance_steps(cv, bv, il, c, p.room, [k] * len(il), k, bs, [])
         if nb:
             self.pool.allocate(nb)
         if self.ctx.recorder.trace is not None:
@@ -610,18 +667,10 @@ class ChunkedEngine(EngineBase):
         t, bs, pool, rec = self.ctx.table, self.pool.block_size, self.pool, self.ctx.recorder
         il = p.ids if type(p.ids) is list else p.ids.tolist()
         cv, bv = self._views[:2]  # a few requests: element writes beat numpy's fancy indexing
-        steps, short = [], []  # each one's steps; those of the ones finishing before step k
-        nk = 0  # new blocks after all k steps: `new_blocks_upto(room, r, k, bs)`
-        for rid, x, a, s in zip(il, c, room, r):
-            if s < k:
-                short.append(s)
-            else:
-                s = k
-            steps.append(s)
-            cv[rid] = x + s
-            if a < s:
-                nk -= (a - s) // bs
-                bv[rid] = -(-(x + s) // bs)
+        steps = [s if s < k else k for s in r]  # each one's steps
+        short = []  # those of the ones finishing before step k
+        nk = _advance_steps(cv, bv, il, c, room, steps, k, bs, short)  # new blocks after all
+        # k steps: `new_blocks_upto(room, r, k, bs)`
         emitted = t.num_emitted  # after the segments so far: + Σ min(steps[i], b) at bound b
         done = t.emit_runs(il, times, p.g, steps)
         bounds = [s for s in p.starts[1:] if s < k] + [k]

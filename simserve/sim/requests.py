@@ -40,6 +40,47 @@ def _finished(ids: list, generated: list, output: list) -> np.ndarray:
     return np.array(done, dtype=np.int64) if done else _NONE
 
 
+def _emit_one(tt, first, gen, ntok, off, out, il: list, t: float, mask: int) -> list:
+    """`_emit_small`'s loop: one token at t for each id in `il` (distinct), into the token
+    table `tt` (ring index mask `mask`, -1 without a ring) and the first-token times; returns
+    the ids that finished. Memoryviews of the table's arrays; C arrays when compiled
+    (requests.pxd)."""
+    done = []
+    for i in range(len(il)):
+        r = il[i]
+        x = gen[r]
+        tt[(off[r] + x) & mask] = t
+        if x == 0:
+            first[r] = t
+        x += 1
+        gen[r] = x
+        ntok[r] += 1
+        if x >= out[r]:
+            done.append(r)
+    return done
+
+
+def _write_runs(tt, src, gen, ntok, off, out, il: list, generated: list, steps: list,
+                groups: dict) -> None:
+    """`emit_runs`' loop without a ring: id il[i] gets the first steps[i] times of `src` after
+    its generated[i] tokens; the ids that finish go to groups[their steps]. Memoryviews of
+    the table's arrays; C arrays when compiled (requests.pxd)."""
+    for i in range(len(il)):
+        r = il[i]
+        x = generated[i]
+        n = steps[i]
+        a = off[r] + x
+        tt[a:a + n] = src[:n]
+        x += n
+        gen[r] = x
+        ntok[r] += n
+        if x >= out[r]:
+            if n in groups:
+                groups[n].append(r)
+            else:
+                groups[n] = [r]
+
+
 class RequestTable:
     def __init__(self, w: Workload, token_window: int | None = None, retire_chunk: int = 8192):
         n = w.num_requests
@@ -78,6 +119,7 @@ class RequestTable:
         self._views = (memoryview(self.generated), memoryview(self.num_tokens),
                        memoryview(self.offsets), memoryview(self.output))
         self._finish_v = memoryview(self.finish)  # (never reallocated either)
+        self._first_v = memoryview(self.first_token)
         self.num_finished = 0
         self.num_emitted = 0
         self.on_finish = None  # on_finish(num, t): requests finished at t (closed-loop clients)
@@ -193,18 +235,8 @@ class RequestTable:
         if mask is not None:  # the ring: grow it to hold them first
             self._room_upto(max([off[r] + gen[r] for r in il]) + 1)
             mask = self._mask
-        tt = memoryview(self.token_times)
-        done = []
-        for r in il:
-            x = gen[r]
-            tt[(off[r] + x) & mask if mask is not None else off[r] + x] = t
-            if x == 0:
-                self.first_token[r] = t
-            x += 1
-            gen[r] = x
-            ntok[r] += 1
-            if x >= out[r]:
-                done.append(r)
+        done = _emit_one(memoryview(self.token_times), self._first_v, gen, ntok, off, out, il,
+                         t, -1 if mask is None else mask)
         self.num_emitted += len(il)
         if done:
             self._finished_at(done, t)
@@ -288,18 +320,9 @@ class RequestTable:
         mask = self._mask
         groups: dict[int, list] = {}
         if mask is None:
-            tt = memoryview(self.token_times)
-            for r, x, n in zip(il, generated, steps):
-                a = off[r] + x
-                tt[a:a + n] = src[:n]
-                x += n
-                gen[r] = x
-                ntok[r] += n
-                if x >= out[r]:
-                    if n in groups:
-                        groups[n].append(r)
-                    else:
-                        groups[n] = [r]
+            _write_runs(memoryview(self.token_times), src, gen, ntok, off, out, il,
+                        generated if type(generated) is list else list(generated),
+                        steps if type(steps) is list else list(steps), groups)
         else:
             starts = [off[r] + x for r, x in zip(il, generated)]
             self._room_upto(max(a + n for a, n in zip(starts, steps)))
