@@ -33,10 +33,12 @@ from simserve.hardware.profile import HardwareProfile, link_curve
 from simserve.models import DTYPE_BYTES, ModelSpec
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchShape:
     """What a scheduler hands the cost model for one iteration (the per-request fields are
-    int arrays or lists of ints: a small batch's lists save numpy conversions)."""
+    int arrays or lists of ints: a small batch's lists save numpy conversions). Read-only by
+    convention: not frozen, because a frozen dataclass's __init__ sets each field through
+    object.__setattr__, five times the cost of the whole step's shaping on the vLLM loop."""
 
     num_tokens: int = 0
     prefill_chunks: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens per chunk
@@ -143,6 +145,7 @@ class GpuCostModel:
             else None
         self._ar = self._allreduce_fn(nvlink)
         self._build_tables(table_tokens)
+        self._decode_rows: dict = {}  # B -> `_decode_row(B)`
 
     # -- tables -------------------------------------------------------------------------
     def _allreduce_fn(self, nvlink):
@@ -186,6 +189,16 @@ class GpuCostModel:
             situ = situ * self.host.gpu_factor_at(t)
         self._situ = situ.tolist()
         self._n = n
+
+    def _decode_row(self, B: int) -> tuple:
+        """(dense layer µs, LM head µs, in-situ factor, host work µs, CUDA graph?) of a step
+        decoding B sequences, from the tables (cached: they only ever grow)."""
+        row = self._decode_rows.get(B)
+        if row is None:
+            self._ensure(B)
+            row = self._decode_rows[B] = (self._dense[B], self._lm[B], self._situ[B],
+                                          self._host_us(B, B), B <= self.graph_max)
+        return row
 
     def _ensure(self, tokens: int) -> None:
         if tokens > self._n:
@@ -322,10 +335,7 @@ class GpuCostModel:
         y_first, y_last = ctx_sum0 / B, (ctx_sum0 + B * (k - 1)) / B
         if xbeyond or y_first < ys0 or y_first < 1.0 or y_last > ys1:
             return self.decode_steps_s(B, ctx_sum0, ctx_max0, k).tolist()
-        self._ensure(B)
-        # y = (ctx_sum0 + B·j) / B as Python divides two ints: each exactly converted, then
-        # one division
-        lya = np.arange(ctx_sum0, ctx_sum0 + B * k, B, dtype=np.int64) / B
+        lya = _mean_contexts(ctx_sum0, B, k)
         np.log2(lya, out=lya)
         base = _interp(lya, grid._ly, lt0)
         if a is not None:  # between two rows: a·row0 + w·row1, as `Grid.rising`
@@ -334,14 +344,13 @@ class GpuCostModel:
         imb = fn.imbalance
         e0 = -(-ctx_sum0 // B)
         if imb is not None and ctx_max0 > e0:  # unequal contexts (constant over the steps)
-            lmx, leq, rate = imb.longest_run(B, ctx_max0, k), imb.longest_run(B, e0, k), imb.rate
+            runs, rate = imb.run_table(B, ctx_max0 + k), imb.rate  # (e0 < ctx_max0)
         else:
-            lmx = leq = None
-            rate = 0.0
+            runs, rate = None, 0.0
+        dense, lm, situ, host, graph = self._decode_row(B)
         return _decode_step_times(
-            base, lmx, leq, rate, self._dense[B], self.num_layers, self._lm[B],
-            self._situ[B], self._host_us(B, B), B <= self.graph_max, self.overlap,
-            self.graph_us, self.graph_overlap_layer_us, self.launch_layer_us)
+            base, runs, ctx_max0, e0, rate, dense, self.num_layers, lm, situ, host, graph,
+            self.overlap, self.graph_us, self.graph_overlap_layer_us, self.launch_layer_us)
 
     def scheduler_s(self, num_seqs: int) -> float:
         """The host's per-iteration scheduling cost inside `step_s` (profile overheads
@@ -357,24 +366,24 @@ class GpuCostModel:
         return self.step_s(prefill_batch(prompt_tokens))
 
 
-def _decode_step_times(base: np.ndarray, lmx: np.ndarray | None, leq: np.ndarray | None,
-                       rate: float,
-                       dense: float, L: int, lm: float, situ: float, host: float,
+def _decode_step_times(base: np.ndarray, runs: np.ndarray | None, m0: int, e0: int,
+                       rate: float, dense: float, L: int, lm: float, situ: float, host: float,
                        graph: bool, overlap: bool, g: float, ov: float, la: float
                        ) -> list[float]:
-    """`decode_steps_list`'s arithmetic per step, in seconds, from each step's attention time
-    on the grid (`base`, µs) and, for unequal contexts, its longest program at the longest
-    and at equal contexts (`lmx`, `leq`; None: equal contexts, factor 1): the unequal-context
-    factor (`SplitImbalance.factor`), the dense layers, the forward pass (`forward_us`: CUDA
-    graph or eager launches) and its combination with the host work (`_combine`). Plain
-    floats, the same operations in the same order; C doubles where compiled (`gpu.pxd`)."""
+    """`decode_steps_list`'s arithmetic per step j, in seconds, from its attention time on
+    the grid (`base[j]`, µs) and, for unequal contexts, the longest split-K program at the
+    longest context and at equal ones (`runs[m0 + j]`, `runs[e0 + j]`: `SplitImbalance.
+    run_table`; None: equal contexts, factor 1): the unequal-context factor
+    (`SplitImbalance.factor`), the dense layers, the forward pass (`forward_us`: CUDA graph
+    or eager launches) and its combination with the host work (`_combine`). Plain floats,
+    the same operations in the same order; C doubles when compiled (`gpu.pxd`)."""
     out = []
     for j in range(len(base)):
         b = float(base[j])
-        if lmx is not None:
+        if runs is not None:
             scale = 1.0 / (rate * (b if b >= 1e-9 else 1e-9))
-            x = float(lmx[j]) * scale
-            xe = float(leq[j]) * scale
+            x = float(runs[m0 + j]) * scale
+            xe = float(runs[e0 + j]) * scale
             v = b * (math.sqrt(1.0 + x * x) / math.sqrt(1.0 + xe * xe)) + dense
         else:
             v = b + dense
@@ -387,6 +396,16 @@ def _decode_step_times(base: np.ndarray, lmx: np.ndarray | None, leq: np.ndarray
         else:
             out.append((host + f) * 1e-6)
     return out
+
+
+def _mean_contexts(ctx_sum0: int, B: int, k: int) -> np.ndarray:
+    """(ctx_sum0 + B·j) / B for j < k, as Python divides two ints (each converted exactly,
+    then one division): the mean context of k consecutive decode steps."""
+    y = np.empty(k)
+    yv = memoryview(y)
+    for j in range(k):
+        yv[j] = (ctx_sum0 + B * j) / B
+    return y
 
 
 def _blend(r0: np.ndarray, a: float, r1: np.ndarray, w: float) -> None:

@@ -102,15 +102,20 @@ class SplitImbalance:
 
     def longest_run(self, batch: int, m0: int, k: int) -> np.ndarray:
         """`longest(batch, m0 + arange(k))` from a table per split cap (a view, no copy)."""
+        return self.run_table(batch, m0 + k)[m0:m0 + k]
+
+    def run_table(self, batch: int, top: int) -> np.ndarray:
+        """The table `longest_run` slices: `longest(batch, m)` at index m, for m < top at
+        least (one array per split cap, grown by doubling)."""
         cap = -(-self.target // (batch * self.kv_heads))
         tables = self.__dict__.setdefault("_runs", {})
         tab = tables.get(cap)
-        if tab is None or len(tab) < m0 + k:
-            n = max(m0 + k, 2 * len(tab) if tab is not None else 1 << 14)
+        if tab is None or len(tab) < top:
+            n = max(top, 2 * len(tab) if tab is not None else 1 << 14)
             m = np.arange(n, dtype=np.int64)
             s = np.maximum(1, np.minimum(cap, -(-m // self.min_split)))
             tab = tables[cap] = np.minimum(m, -(-(-(-m // s)) // self.block) * self.block)
-        return tab[m0:m0 + k]
+        return tab
 
     def _longest1(self, batch: int, m: int) -> int:
         s = max(1, min(-(-self.target // (batch * self.kv_heads)), -(-m // self.min_split)))
