@@ -39,14 +39,19 @@ MODULES = (
     "simserve.cost.gpu", "simserve.cost.host", "simserve.cost.smshare", "simserve.cost.sp",
     "simserve.hardware.attention", "simserve.hardware.functions",
     # the engines that run faster compiled: vLLM's family (vllm, sarathi, chunked),
-    # ConfluxServe and MuxWise. DualPace ran 5-10 % slower compiled, NEO, LoongServe and
-    # DistServe 5-10 % faster (benchmarks/results/loop-compiled-20261202.txt): left out.
+    # ConfluxServe, MuxWise and DualPace (1.08x since its pricing and request-table loops
+    # are typed; it ran 5-10 % slower in the first build). NEO, LoongServe and DistServe ran
+    # 5-10 % faster (benchmarks/results/loop-compiled-20261202.txt): left out, for build time.
     "simserve.policies.queues", "simserve.policies.sarathi", "simserve.policies.sp_leap",
     "simserve.policies.sp_ranks", "simserve.policies.vllm", "simserve.policies.vllm_engine",
     "simserve.policies.vllm_leap",
     "simserve.policies.conflux.dispatch", "simserve.policies.conflux.engine",
     "simserve.policies.conflux.leap", "simserve.policies.conflux.plan",
     "simserve.policies.muxwise.engine", "simserve.policies.muxwise.share_cost",
+    "simserve.policies.dualpace.assist", "simserve.policies.dualpace.copies",
+    "simserve.policies.dualpace.cpu_engine", "simserve.policies.dualpace.gpu_engine",
+    "simserve.policies.dualpace.gpu_leap", "simserve.policies.dualpace.gpu_schedule",
+    "simserve.policies.dualpace.gpu_worker", "simserve.policies.dualpace.state",
 )
 
 # Cython's compiler directives. Type annotations are documentation here, not C types
