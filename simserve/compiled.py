@@ -2,17 +2,18 @@
 
 The simulator's inner loops (engines, leaping, pricing, the request table, the KV pool) are
 plain Python. Installing the package (`pip install .` or `pip install -e .`) also compiles the
-modules in `MODULES` with Cython (`setup.py`), unchanged, into `simserve/_compiled/`. Their
-results are the same floats, bit for bit (`tests/test_compiled.py` runs policies both ways):
-the same operations in the same order, no fused multiply-add (`-ffp-contract=off`), numpy
-still does the array work. A compiled module only runs the loop faster (1.25x on the vLLM
-point of `benchmarks/bench_loop.py` in `benchmarks/results/speed-20261202g.txt`).
+modules in `MODULES` with Cython (`setup.py`) into `simserve/_compiled/`: unchanged, except
+that a module's `.pxd`, where it has one, gives a few of its loops C types (docs/
+architecture.md, "Compiled hot modules"). Their results are the same floats, bit for bit
+(`tests/test_compiled.py` runs policies both ways): the same operations in the same order, no
+fused multiply-add (`-ffp-contract=off`), numpy still does the array work. A compiled module
+only runs the loop faster (the README's Speed section compares the two).
 
 The `.py` file stays the source of truth. `install_finder` (called by `import simserve`) puts
 a finder first on `sys.meta_path` that loads a module's compiled copy only while the
-source's sha256 equals the one recorded when it was built (`_compiled/manifest.json`); an
-edited module runs from its source, with one warning per process naming the first such
-module (rebuild: `pip install -e .`). Nothing compiled (no compiler, `SIMSERVE_NO_COMPILE=1` at
+source's sha256 (its .py and .pxd) equals the one recorded when it was built
+(`_compiled/manifest.json`); an edited module runs from its source, with one warning per
+process naming the first such module (rebuild: `pip install -e .`). Nothing compiled (no compiler, `SIMSERVE_NO_COMPILE=1` at
 install) means pure Python everywhere; `SIMSERVE_PURE_PYTHON=1` makes a process ignore
 the compiled copies. `simserve --version` says how many modules run compiled; `status`
 lists each.
