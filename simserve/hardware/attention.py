@@ -118,25 +118,40 @@ class SplitImbalance:
         return tab
 
     def _longest1(self, batch: int, m: int) -> int:
-        s = max(1, min(-(-self.target // (batch * self.kv_heads)), -(-m // self.min_split)))
-        return min(m, -(-(-(-m // s)) // self.block) * self.block)
+        return _longest_one(m, -(-self.target // (batch * self.kv_heads)), self.min_split,
+                         self.block)
 
     def factor(self, batch: int, ctx_sum, ctx_max, base_us):
         if (isinstance(ctx_sum, _SCALARS) and isinstance(ctx_max, _SCALARS)) or (
                 not np.ndim(ctx_sum) and not np.ndim(ctx_max)):  # one step: plain numbers,
-            eq = -(-int(ctx_sum) // batch)                 # the same IEEE operations as below
-            if int(ctx_max) <= eq:
-                return 1.0
-            scale = 1.0 / (self.rate * max(float(base_us), 1e-9))
-            x = self._longest1(batch, int(ctx_max)) * scale
-            xe = self._longest1(batch, eq) * scale
-            return math.sqrt(1.0 + x * x) / math.sqrt(1.0 + xe * xe)
+            return _factor1(int(batch), int(ctx_sum), int(ctx_max), float(base_us),
+                            -(-self.target // (batch * self.kv_heads)), self.min_split,
+                            self.block, self.rate)  # the same IEEE operations as below
         eq = -(-np.asarray(ctx_sum, dtype=np.int64) // batch)
         scale = 1.0 / (self.rate * np.maximum(base_us, 1e-9))
         x = self.longest(batch, ctx_max) * scale
         xe = self.longest(batch, eq) * scale
         f = np.sqrt(1.0 + x * x) / np.sqrt(1.0 + xe * xe)
         return np.where(np.asarray(ctx_max) <= eq, 1.0, f)
+
+
+def _longest_one(m: int, cap: int, min_split: int, block: int) -> int:
+    """`SplitImbalance.longest` of one context m, with at most `cap` splits."""
+    s = max(1, min(cap, -(-m // min_split)))
+    return min(m, -(-(-(-m // s)) // block) * block)
+
+
+def _factor1(batch: int, ctx_sum: int, ctx_max: int, base_us: float, cap: int,
+             min_split: int, block: int, rate: float) -> float:
+    """`SplitImbalance.factor` of one step (plain numbers; C types when compiled,
+    attention.pxd)."""
+    eq = -(-ctx_sum // batch)
+    if ctx_max <= eq:
+        return 1.0
+    scale = 1.0 / (rate * (1e-9 if 1e-9 > base_us else base_us))  # max(base_us, 1e-9)
+    x = _longest_one(ctx_max, cap, min_split, block) * scale
+    xe = _longest_one(eq, cap, min_split, block) * scale
+    return math.sqrt(1.0 + x * x) / math.sqrt(1.0 + xe * xe)
 
 
 class DecodeGrid:

@@ -426,9 +426,12 @@ class ChunkedEngine(EngineBase):
         if not running or len(running) > self.budget:
             return None
         waiting = self.waiting
-        if waiting and self._head_seen() and self._head_admits(
-                len(running), self.pool.num_free - len(running)):
-            return None  # admissible even if every decode takes a new block: no leap
+        need = None  # the free blocks the head's admission needs (`_head_blocks`)
+        if waiting:
+            need = self._head_blocks(len(running))
+            if need is not None and need <= self.pool.num_free - len(running) and \
+                    self._head_seen():
+                return None  # admissible even if every decode takes a new block: no leap
         bs = self.pool.block_size
         comp, blocks, ntok, gen, _ = self._views  # plain ints: numpy calls cost more
         batch = _decoding(comp, blocks, ntok, gen, running, bs)
@@ -438,8 +441,7 @@ class ChunkedEngine(EngineBase):
         ids = np.array(running, dtype=np.int64)
         free = self.pool.num_free
         most, cap = LEAP_CAP, free
-        if waiting:
-            need = self._head_blocks(len(running))
+        if waiting:  # (the batch's blocks and the head's lookup are unchanged since `need`)
             if need is not None and need <= free - new_blocks(room, 1, bs):
                 if self._head_seen():
                     return None

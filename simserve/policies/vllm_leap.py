@@ -38,6 +38,22 @@ def new_blocks_upto(room: list[int], left: list[int], k: int, bs: int) -> int:
     return n
 
 
+def _suffix_sum_max(c: list[int], order: list[int]) -> tuple[list[int], list[int]]:
+    """Σ and max of c[order[j:]] for each j (0 past the end): `Segments`' batch after the
+    requests with the fewest steps left have finished."""
+    n = len(order)
+    ssum, smax = [0] * (n + 1), [0] * (n + 1)
+    s = m = 0
+    for j in range(n - 1, -1, -1):
+        x = c[order[j]]
+        s += x
+        if x > m:
+            m = x
+        ssum[j] = s
+        smax[j] = m
+    return ssum, smax
+
+
 class Segments:
     """The batch (contexts `c`, steps left `r`) by steps left: `segment(s0)` is the batch
     that takes step s0 + 1 (the requests with more than s0 steps left)."""
@@ -47,16 +63,8 @@ class Segments:
     def __init__(self, c: list[int], r: list[int]):
         order = sorted(range(len(r)), key=r.__getitem__)
         self.rs = [r[i] for i in order]
-        n = self.n = len(order)
-        ssum, smax = [0] * (n + 1), [0] * (n + 1)
-        s = m = 0
-        for j in range(n - 1, -1, -1):
-            x = c[order[j]]
-            s += x
-            if x > m:
-                m = x
-            ssum[j], smax[j] = s, m
-        self.ssum, self.smax = ssum, smax
+        self.n = len(order)
+        self.ssum, self.smax = _suffix_sum_max(c, order)
 
     def segment(self, s0: int) -> tuple[int, int, int, int]:
         """(B, Σ context and longest context at step s0 + 1, the step count after which the

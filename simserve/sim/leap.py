@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate, islice
 from typing import Callable
 
 import numpy as np
@@ -74,14 +73,22 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
         else:
             d = cost.decode_steps_s(B, s0, m0, n).tolist()
         a = len(ends)
-        ends += islice(accumulate(d, initial=e), 1, None)  # e + d0, then + d1, ... (in order,
-        e = ends[-1]                                        # as stepping adds)
+        e = _append_ends(ends, d, e)  # e + d0, then + d1, ... (in order, as stepping adds)
         if e >= next_arrival_s:  # the steps that start before the arrival, and the next one
             del ends[bisect_left(ends, next_arrival_s, a) + 1:]
             return ends
         j0 += n
         n = max(16, 2 * n)
     return ends
+
+
+def _append_ends(ends: list[float], d: list[float], e: float) -> float:
+    """Append e + d[0], then + d[1], ... to `ends` (each step ends where the last ended plus
+    its duration, added in order as stepping adds); returns the last end (e if d is empty)."""
+    for x in d:
+        e += x
+        ends.append(e)
+    return e
 
 
 # up to this many steps, a GpuCostModel's scalar `decode_only_s` per step (~4.6 µs on this
