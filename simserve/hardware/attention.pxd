@@ -2,11 +2,12 @@
 # unequal-context factor on C integers and doubles (the same IEEE operations; floor division
 # keeps Python's rounding, cdivision is off).
 cimport cython
+from libc.stdint cimport int64_t
 cimport libc.math as math
 
-@cython.locals(s=long)
-cpdef long _longest_one(long m, long cap, long min_split, long block) except? -1
+@cython.locals(s=int64_t)
+cpdef int64_t _longest_one(int64_t m, int64_t cap, int64_t min_split, int64_t block) except? -1
 
-@cython.locals(eq=long, scale=double, x=double, xe=double)
-cpdef double _factor1(long batch, long ctx_sum, long ctx_max, double base_us, long cap,
-                      long min_split, long block, double rate) except? -1.0
+@cython.locals(eq=int64_t, scale=double, x=double, xe=double)
+cpdef double _factor1(int64_t batch, int64_t ctx_sum, int64_t ctx_max, double base_us, int64_t cap,
+                      int64_t min_split, int64_t block, double rate) except? -1.0
