@@ -117,10 +117,6 @@ class SplitImbalance:
             tab = tables[cap] = np.minimum(m, -(-(-(-m // s)) // self.block) * self.block)
         return tab
 
-    def _longest1(self, batch: int, m: int) -> int:
-        return _longest_one(m, -(-self.target // (batch * self.kv_heads)), self.min_split,
-                         self.block)
-
     def factor(self, batch: int, ctx_sum, ctx_max, base_us):
         if (isinstance(ctx_sum, _SCALARS) and isinstance(ctx_max, _SCALARS)) or (
                 not np.ndim(ctx_sum) and not np.ndim(ctx_max)):  # one step: plain numbers,

@@ -51,8 +51,9 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
     """End times (plain floats) of the steps a leap takes: `decode_ends` of the batch whose
     KV holds Σ ctx_sum0 - B tokens (longest ctx_max0 - 1), cut as `steps_before` cuts it.
     Only about the steps taken are priced (`step_hint`, a recent step's duration, guesses how
-    many fit before the arrival; a GpuCostModel prices one or two steps as stepping does, a
-    few in plain floats, many in numpy), so a leap that an arrival ends early costs little.
+    many fit before the arrival; a GpuCostModel prices one or two steps as stepping does,
+    more with `decode_steps_list`, up to `list_steps` of them, and longer runs in numpy), so
+    a leap that an arrival ends early costs little.
     The same floats as `decode_ends` whatever the guess (tests check)."""
     B, e, ends, j0 = num_decodes, float(clock), [], 0  # a float: numpy scalars add 3x slower
     fast = getattr(type(cost), "decode_steps_list", None) is not None

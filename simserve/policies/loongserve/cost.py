@@ -12,9 +12,9 @@ every candidate has a shard size not seen before. Two things are kept here:
   link's fitted function twice per new size;
 - `decode_steps_s` with one busy rank (LoongServe's scale-down consolidates decodes, so
   this is the usual case): that rank's GPU model's consecutive steps
-  (`GpuCostModel.decode_steps_s`, or `decode_steps_list` for a few), the same operations on
-  the same values as the SP path, whose maximum over ranks and linear time of idle ranks (0)
-  then change nothing.
+  (`GpuCostModel.decode_steps_s`, or `decode_steps_list` up to `list_steps`), the same
+  operations on the same values as the SP path, whose maximum over ranks and linear time of
+  idle ranks (0) then change nothing.
 Tests check all three against `SpCostModel`'s (whose decode-attention lines already take
 `decode_steps_us`'s fast path).
 """
