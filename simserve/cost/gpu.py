@@ -38,7 +38,8 @@ class BatchShape:
     """What a scheduler hands the cost model for one iteration (the per-request fields are
     int arrays or lists of ints: a small batch's lists save numpy conversions). Read-only by
     convention: not frozen, because a frozen dataclass's __init__ sets each field through
-    object.__setattr__, five times the cost of the whole step's shaping on the vLLM loop."""
+    object.__setattr__, which cost 4.5 times the loop that classifies the batch's requests
+    (callgrind, `vllm-h100` in benchmarks/bench_loop.py)."""
 
     num_tokens: int = 0
     prefill_chunks: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens per chunk
