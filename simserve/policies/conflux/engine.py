@@ -59,7 +59,10 @@ class XpInstance(SpRanksEngine):
         if self.tracker is None or self.index != 0:
             return {}
         return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
-                    conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
+                    conflux_alpha=self.est.alpha, conflux_beta=self.est.beta,
+                    conflux_num_ranks=self.R,
+                    conflux_num_kv_transfers=self.counts["num_kv_transfers"],
+                    conflux_num_admission_rejections=self._report.get("rejected", 0))
 
     def _leap(self) -> int:
         return leap_instance(self)

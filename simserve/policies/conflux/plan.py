@@ -61,6 +61,8 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             b0 = dispatch_on(tau_d, est, nd, t_d, ap, None, quantum, 0, max_level, hints)
         admitted, rejected = ADMISSION[admission](pending, b0 or 0, now_s, tau)
         order = admitted + rejected
+        if report is not None and rejected:
+            report["rejected"] = report.get("rejected", 0) + len(rejected)
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
     cols = None  # the ranks' placement columns with this iteration's placements, once one is made

@@ -48,7 +48,7 @@ class GpuEngine(EngineBase):
         self._wake = None
         self.cpu = None                 # the CPU engine (set by build): a leap asks it
         self.counts = dict(swap_out=0, swap_in=0, prefill_to_gpu=0, prefill_to_cpu=0, marks=0,
-                           migration_only_rounds=0, rounds=0)
+                           migration_only_rounds=0, rounds=0, token_limited_rounds=0)
         self.p2c_copy_bytes = 0
         # how much was worked out in closed form (leaps, assists in them, copies)
         self.leap_counts = dict(leaps=0, rounds=0, assists=0, assists_after=0,
@@ -75,6 +75,7 @@ class GpuEngine(EngineBase):
                 "num_prefill_to_cpu": c["prefill_to_cpu"], "num_swap_out": c["swap_out"],
                 "num_swap_in": c["swap_in"], "num_swap_in_marks": c["marks"],
                 "num_migration_only_rounds": c["migration_only_rounds"],
+                "num_token_limited_rounds": c["token_limited_rounds"],
                 "num_dense_assist_calls": self.worker.num_assists,
                 "num_gpu_blocks": self.pool.num_blocks,
                 "gpu_kv_peak_blocks": self.pool.peak_used}

@@ -18,9 +18,10 @@ swap_in=)`), so a variant replaces them without touching this module:
 
 - placement(candidates: PrefillCandidates) -> envelope.PrefillPlacement: where each FIFO
   candidate of step 5 goes; the first `num_admitted` are admitted, `dest[i]` "gpu" or "cpu".
-- swap_in(planner: RoundPlanner) -> None: the swap-in passes of steps 4 and 6; it appends to
-  `planner.plan.swap_in` and keeps the planner's named round state (`rows`, `tokens`,
-  `gpu_free`, `peak_sum`, `q_peaks`) up to date for what it takes.
+- swap_in(planner: RoundPlanner, mark: bool = False) -> None: the swap-in passes of steps 4
+  and 6 (append to `planner.plan.swap_in`), or with `mark` the deferred swap-in marks of
+  step 6 (append to `planner.plan.marks`); it keeps the planner's named round state (`rows`,
+  `tokens`, `gpu_free`, `peak_sum`, `q_peaks`) up to date for what it takes.
 """
 from __future__ import annotations
 
@@ -99,22 +100,29 @@ def fifo_placement(c: PrefillCandidates) -> PrefillPlacement:
     return admit_prefills(c.prompt_blocks, c.peak_blocks, **c.envelope)
 
 
-def fifo_swap_in(p: "RoundPlanner") -> None:
-    """The default swap-in rule (steps 4 and 6): a ready FIFO prefix of the CPU waiting queue,
-    each fitting the row and token limits, next-token HBM and (unless already marked) its
-    finish peak b̂ within the GPU pool."""
+def fifo_swap_in(p: "RoundPlanner", mark: bool = False) -> None:
+    """The default swap-in rule. Steps 4 and 6 (`mark` False): a ready FIFO prefix of the CPU
+    waiting queue, each fitting the row and token limits, next-token HBM and (unless already
+    marked) its finish peak b̂ within the GPU pool. Step 6 with an empty CPU waiting queue
+    (`mark` True): the same test over CPU-running requests not yet marked, which are marked
+    for a future swap-in (`plan.marks`: b̂ and next-token HBM reserved, ownership kept)."""
     eng, st, t, bs, plan = p.eng, p.eng.st, p.eng.ctx.table, p.bs, p.plan
     chosen = set(plan.swap_in)
-    for r in st.cpu_waiting:
-        if r in chosen or t.generated[r] >= t.output[r]:
+    for r in st.cpu_running if mark else st.cpu_waiting:
+        if mark:
+            if st.marked[r]:
+                continue
+        elif r in chosen or t.generated[r] >= t.output[r]:
             continue
-        if not st.ready[r] or p.rows >= eng.max_seqs or p.tokens + 1 > eng.token_limit:
+        elif not st.ready[r]:
+            break
+        if p.rows >= eng.max_seqs or p.tokens + 1 > eng.token_limit:
             break
         kv = -(-(int(t.computed[r]) + 1) // bs)
-        pk = 0 if st.marked[r] else int(st.peak[r])
+        pk = int(st.peak[r]) if mark or not st.marked[r] else 0
         if kv > p.gpu_free or p.peak_sum + pk > p.gcap:
             break
-        plan.swap_in.append(r)
+        (plan.marks if mark else plan.swap_in).append(r)
         if pk:
             p.q_peaks.insert(0, pk)
         p.gpu_free -= kv
@@ -174,10 +182,7 @@ class RoundPlanner:
             self.swap_in(self)
         self._prefills(plan)                                          # step 5
         if not swap_out:                                              # step 6
-            if cpu_waiting_was_empty:
-                self._marks(plan)
-            else:
-                self.swap_in(self)
+            self.swap_in(self, mark=cpu_waiting_was_empty)
         # published after this round (`peak_sum` is Σ q_peaks: every change above kept it)
         st.migration_reserve = migration_blocks_of(self.q_peaks, self.peak_sum, self.gcap)
         return plan
@@ -297,6 +302,8 @@ class RoundPlanner:
         if cands is None:
             return
         res = self.placement(cands)
+        if res.stop == "tokens":
+            eng.counts["token_limited_rounds"] += 1
         staged = sum(plan.chunks[r] for r in plan.to_cpu)
         bs = self.bs
         for r, d, p in zip(cands.ids, res.dest, cands.prompt_tokens):
@@ -317,22 +324,3 @@ class RoundPlanner:
             self.tokens += n
         self.q_peaks[:] = res.gpu_queue_peaks
         self.peak_sum = sum(self.q_peaks)
-
-    def _marks(self, plan: Plan) -> None:
-        """Step 6 with an empty CPU waiting queue: deferred swap-in marks on CPU-running
-        requests (reserving their b̂ and next-token HBM; ownership stays)."""
-        eng, st, t, bs = self.eng, self.eng.st, self.eng.ctx.table, self.bs
-        for r in st.cpu_running:
-            if st.marked[r]:
-                continue
-            if self.rows >= eng.max_seqs or self.tokens + 1 > eng.token_limit:
-                break
-            kv = -(-(int(t.computed[r]) + 1) // bs)
-            if kv > self.gpu_free or self.peak_sum + int(st.peak[r]) > self.gcap:
-                break
-            plan.marks.append(r)
-            self.q_peaks.insert(0, int(st.peak[r]))
-            self.gpu_free -= kv
-            self.peak_sum += int(st.peak[r])
-            self.rows += 1
-            self.tokens += 1
