@@ -20,7 +20,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,7 +79,7 @@ class Explanation:
     rows: list[Row]
     remainder: float                     # G_k / G_B
     interaction: float                   # (G_0 / G_k) / Π one-at-a-time shares
-    sensitivity: list[dict] = field(default_factory=list)
+    sensitivity: list[dict] | None = None   # None: not asked for
     num_requests: int | None = None
     rtol: float = 0.05
     seconds: float = 0.0
@@ -197,7 +197,9 @@ def explain_config(cfg, design: str, baseline: str, *, mechanisms=None,
     start = (min(cfg.workload.rates), max(cfg.workload.rates))
     g_d = run.goodput(dspec, {}, start)
     g_b = run.goodput(bspec, {}, start)
-    near = (g_d.rate / 2, g_d.rate * 1.1) if math.isfinite(g_d.rate) else start
+    # every bisection starts from the same bracket, so all probe the same grid of rates and
+    # their goodputs differ only where the runs do (not by the path the search took)
+    near = start
     design_opts = dataclasses.asdict(dspec.config)
     rows: list[Row] = []
     off_so_far: dict = {}
@@ -225,6 +227,10 @@ def explain_config(cfg, design: str, baseline: str, *, mechanisms=None,
                      num_requests=cfg.workload.num_requests, rtol=rtol)
     if sensitivity:
         ex.sensitivity = _sensitivity(run, dspec, bspec, near, g_b)
+        if not ex.sensitivity:
+            ex.sensitivity = [dict(variation="(none)", available=False,
+                                   note=f"no sensitivity variations are registered for "
+                                        f"policy {dspec.name} (mechanisms.SENSITIVITY)")]
     ex.seconds = time.time() - t0
     ex.load = (load0, os.getloadavg())
     ex.num_simulations = run.num_simulations

@@ -87,7 +87,7 @@ def to_json(ex: Explanation) -> dict:
             "interaction_residual": num(ex.interaction), "remainder": num(ex.remainder),
             "rows": [{k: num(v) for k, v in r.items()} for r in rows(ex)],
             "never_engaged": ex.never_engaged,
-            "sensitivity": [{k: num(v) for k, v in s.items()} for s in ex.sensitivity],
+            "sensitivity": [{k: num(v) for k, v in s.items()} for s in ex.sensitivity or ()],
             "num_requests": ex.num_requests, "rtol": ex.rtol, "seconds": round(ex.seconds, 1),
             "load_average": [list(x) for x in ex.load], "num_simulations": ex.num_simulations}
 
