@@ -191,7 +191,8 @@ def explain_config(cfg, design: str, baseline: str, *, mechanisms=None,
         if bad:
             raise SimserveError(f"--mechanisms {bad[0]!r}: not a mechanism of {dspec.name}"
                                 f"{did_you_mean(bad[0], keys)}; mechanisms: {', '.join(keys)}")
-        mechs = tuple(m for m in mechs if m.key in mechanisms)
+        by_key = {m.key: m for m in mechs}
+        mechs = tuple(by_key[k] for k in dict.fromkeys(mechanisms))   # in the order given
     opts = option_names(dspec.name)
     run = _Runner(cfg, tgt, rtol, log)
     start = (min(cfg.workload.rates), max(cfg.workload.rates))
