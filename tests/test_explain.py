@@ -117,6 +117,11 @@ def test_shares_multiply_to_the_lead_and_never_engaged_is_flagged():
     assert any(s.startswith("host KV size never engaged") for s in ex.never_engaged)
     assert "counters check: host KV size never engaged" in ex.text()
     assert '"lead"' in dumps_json(ex) and to_csv(ex).startswith("step,")
+    import matplotlib
+    matplotlib.use("Agg")
+    from simserve.explain.report import waterfall
+    ax = waterfall(ex)     # baseline, the remainder, each mechanism, the design
+    assert len(ax.patches) == len(ex.rows) + 3
 
 
 def test_counters_check_names_a_mechanism_with_zero_counts():
@@ -127,7 +132,7 @@ def test_counters_check_names_a_mechanism_with_zero_counts():
     assert ex.never_engaged == ["Prefill-to-CPU never engaged (0 Prefill-to-CPU requests)"]
 
 
-def test_waterfall_plot_and_cli_errors(tmp_path, capsys):
+def test_cli_errors_are_one_line_and_nothing_is_overwritten(tmp_path, capsys):
     assert callable(simserve.explain)
     code = main(["explain", DUALPACE, "--design", "dualpace", "--baseline", "nope"])
     err = capsys.readouterr().err.strip().splitlines()
@@ -137,6 +142,12 @@ def test_waterfall_plot_and_cli_errors(tmp_path, capsys):
     code = main(["explain", DUALPACE, "--design", "dualpace", "--baseline", "neo",
                  "--mechanisms", "dense_asist"])
     assert code == 2 and "did you mean" in capsys.readouterr().err
+    mine = tmp_path / "mine.csv"
+    mine.write_text("the user's own file\n")
+    code = main(["explain", DUALPACE, "--design", "dualpace", "--baseline", "neo",
+                 "--csv", str(mine)])
+    assert code == 2 and "--force" in capsys.readouterr().err
+    assert mine.read_text() == "the user's own file\n"
 
 
 def test_even_dispatch_splits_evenly_within_tau():

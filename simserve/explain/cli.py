@@ -27,6 +27,8 @@ def register(sub) -> None:
     p.add_argument("--plot", type=Path, help="write the waterfall plot here (.png/.pdf/.svg)")
     p.add_argument("--csv", type=Path, help="write the table as CSV here")
     p.add_argument("--json", type=Path, help="write the whole result as JSON here")
+    p.add_argument("--force", action="store_true",
+                   help="replace --plot / --csv / --json files that exist")
     p.add_argument("-v", "--verbose", action="store_true", help="log every probe")
     p.set_defaults(handler=run)
 
@@ -51,6 +53,11 @@ def run(args) -> int:
     for path in (args.plot, args.csv, args.json):
         if path is not None and path.exists() and path.is_dir():
             raise SimserveError(f"{path}: is a directory; give a file name")
+        if path is not None and path.exists() and not args.force:
+            raise SimserveError(f"{path}: exists; choose another name or pass --force to "
+                                "replace it")
+        if path is not None and not path.parent.is_dir():
+            raise SimserveError(f"{path}: no such directory {path.parent}")
     if args.num_requests is not None and args.num_requests < 1:
         raise SimserveError(f"--num-requests: expected a positive integer, got {args.num_requests}")
     if not args.tol > 0:

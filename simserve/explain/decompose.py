@@ -125,8 +125,8 @@ class _Runner:
         if off:
             conf = dataclasses.replace(spec.config, **off)
             conf.validate()
-            spec = dataclasses.replace(spec, config=conf,
-                                       label=spec.label + "|" + ",".join(f"{k}={v}" for k, v in off.items()))
+            tag = ",".join(f"{k}={v}" for k, v in off.items())
+            spec = dataclasses.replace(spec, config=conf, label=f"{spec.label}|{tag}")
         summaries: dict[float, list[dict]] = {}
 
         def evaluate(rate: float) -> float:

@@ -91,7 +91,8 @@ MECHANISMS: dict[str, tuple[Mechanism, ...]] = {
                   f"a {SMALL_HOST_KV_GIB:g} GiB host KV pool (Fig. 11b's smallest)"),
         Mechanism("decoupled", "decoupled scheduling", {"decoupled": False},
                   _positive("num_cpu_tokens", "tokens decoded on the CPU"),
-                  "an iteration barrier between the GPU and CPU engines (lockstep without NEO's gating: last, since it dominates whatever is removed after it)"),
+                  "an iteration barrier between the GPU and CPU engines (lockstep without NEO's "
+                  "gating; removed last, since it dominates whatever is removed after it)"),
     ),
     "conflux": (
         Mechanism("admission", "Moore–Hodgson admission", {"scheduler": "fcfs"},

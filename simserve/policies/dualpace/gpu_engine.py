@@ -2,7 +2,8 @@
 
 Each round: (1) wait for the previous Prefill-to-CPU copy group to drain (copies retire
 themselves: a request becomes CPU-ready only after its last layer's copy); (2–6) plan
-(`gpu_schedule.RoundPlanner`, with the placement and swap-in rules it was built with); (7) commit — swap-outs allocate the host destination, copy the
+(`gpu_schedule.RoundPlanner`, with the placement and swap-in rules it was built with);
+(7) commit — swap-outs allocate the host destination, copy the
 KV D2H over PCIe, then release HBM; swap-ins allocate HBM, copy H2D, then release the host;
 both finish before the forward pass — then run at most one GPU-main batch on the `GpuWorker`
 and apply its tokens. Prefill-to-CPU KV is copied layer by layer as each layer finishes.
