@@ -12,7 +12,7 @@ run() {  # NAME FILE DESIGN BASELINE EXTRA...
     name=$1; shift
     case $name in "$only"*) ;; *) return 0 ;; esac
     f=$out/$name-$stem
-    cmd="python -m simserve explain $* --plot $f.png --csv $f.csv --json $f.json"
+    cmd="python -m simserve explain $* --plot $f.png --csv $f.csv --json $f.json --force"
     { echo "\$ $cmd"; echo "# $(date -u +%FT%TZ), $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)";
       /usr/bin/time -f "# wall %e s, user %U s" sh -c "$cmd" 2>&1; } > "$f.txt"
 }

@@ -111,7 +111,8 @@ def waterfall(ex: Explanation, ax=None):
     import matplotlib.pyplot as plt
     if ax is None:
         _, ax = plt.subplots(figsize=(1.2 * (len(ex.rows) + 3), 4))
-    steps = [("baseline\n" + ex.baseline, ex.baseline_goodput.rate, None)]
+    steps: list[tuple[str, float, float | None]] = [
+        ("baseline\n" + ex.baseline, ex.baseline_goodput.rate, None)]
     level = ex.baseline_goodput.rate
     parts = [("all off", ex.remainder)] + [
         (r.mechanism.title, r.cumulative_share) for r in reversed(ex.rows) if r.available]
