@@ -218,8 +218,12 @@ def _add_sp_contention(prof: dict, path: Path) -> None:
     def pct(d):
         return ", ".join(f"{k} {v}%" for k, v in d.items())
     held = pct({k: v["mape_pct"] for k, v in f.get("leave_one_model_out", {}).items()})
+    # the spread of the fit: the pooled fit and each fit on all models but one
+    fits = [f] + list(f.get("leave_one_model_out", {}).values())
     prof["overheads"]["sp_contention"] = {
         "alpha": f["alpha"], "beta": f["beta"],
+        "alpha_range": [min(x["alpha"] for x in fits), max(x["alpha"] for x in fits)],
+        "beta_range": [min(x["beta"] for x in fits), max(x["beta"] for x in fits)],
         "source": f"{f['source']}; MAPE {pct(f['mape_pct'])}; fitted on the other model only: "
                   f"{held}; the paper's 1.28 gives {pct(f['paper_mape_pct'])}"}
 
