@@ -430,7 +430,7 @@ def build_nvlink(raw_dir: Path, name: str) -> dict:
     link = dict(base["link"])
     tables = {}
     col = _pts(raw, part="collectives")
-    n = 2
+    n = int(_meta(raw_dir).get("world_size", 2))   # ranks of the run (meta.json)
 
     def fit(op: str, impl_prefix: str, factor: float):
         d = col[(col.op == op) & col.impl.str.startswith(impl_prefix)]
@@ -452,6 +452,8 @@ def build_nvlink(raw_dir: Path, name: str) -> dict:
     if p2p:
         link["latency_us"], link["p2p_gbps"] = round(p2p[0], 3), round(p2p[1], 1)
     link["measured_ranks"] = n
+    from simserve.hardware.collective_band import BAND   # published band for more ranks
+    link["multi_rank_band"] = dict(BAND)
     prof["link"] = link
     prof["copy_tables"] = tables
     return prof
