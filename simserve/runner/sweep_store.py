@@ -33,16 +33,20 @@ def is_done(folder: Path) -> bool:
 def read_record(points_dir: Path, sp) -> dict:
     """A stored point's record, with identifying fields from the current expansion (a point
     reused by an edited sweep may have had another variant name)."""
-    folder = points_dir / sp.key
+    return {**sp.ident(), **stored_metrics(points_dir, sp.key)}
+
+
+def stored_metrics(points_dir: Path, key: str) -> dict:
+    """A stored point's record without the fields that identify it in a sweep."""
+    folder = points_dir / key
     if not (folder / POINT_FILES[0]).is_file():  # written before record.json: rename it
         os.replace(folder / LEGACY_RECORD, folder / POINT_FILES[0])
     with open(folder / POINT_FILES[0]) as f:
         stored = json.load(f)[0]
     # the run's own description (model, gpu, ...) is kept; swept keys come from the expansion
-    metrics = {k: v for k, v in stored.items()
-               if k not in ("point", "variant", "stale") and "." not in k
-               and (k not in TOP_KEYS or k == "model")}
-    return {**sp.ident(), **metrics}
+    return {k: v for k, v in stored.items()
+            if k not in ("point", "variant", "stale") and "." not in k
+            and (k not in TOP_KEYS or k == "model")}
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -101,6 +105,7 @@ class SummaryStore:
     def __init__(self, sweep, out: Path, plan: Plan, old_marker: dict | None):
         self.sweep, self.out, self.plan, self.old = sweep, out, plan, old_marker
         self.pdir = out / "points"
+        self._stored: dict[str, dict] = {}  # point key -> its record.json, read once
         todo = plan.todo_keys
         self.present = {sp.key for sp in sweep.unique() if sp.key not in todo}
         first = sweep.points[0].key if sweep.points else ""
@@ -118,7 +123,9 @@ class SummaryStore:
         out = []
         for sp in self.sweep.points:
             if sp.key in self.present:
-                rec = read_record(self.pdir, sp)
+                if sp.key not in self._stored:
+                    self._stored[sp.key] = stored_metrics(self.pdir, sp.key)
+                rec = {**sp.ident(), **self._stored[sp.key]}
                 if sp.key in self.plan.stale and sp.key not in self.plan.todo_keys:
                     rec["stale"] = self.plan.stale[sp.key]
                 out.append(rec)
