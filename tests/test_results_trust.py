@@ -379,3 +379,19 @@ def test_the_summary_is_rewritten_after_every_point(proj, monkeypatch):
     monkeypatch.setattr(sweep_store, "write_summaries", spy)
     assert sweep("--out", "s", "--set", "sweep.workload.rates=[2,4,6]") == 0
     assert seen == [0, 1, 2, 3, 3]
+
+
+def test_sweep_overwrite_of_a_run_folder_keeps_the_users_files(proj):
+    assert run("--out", "r") == 0
+    mine = user_files(proj / "r")
+    assert sweep("--out", "r", "--overwrite") == 0
+    assert kept(proj / "r", mine)
+    assert not (proj / "r" / "requests.csv").exists()   # the run's own files went
+    assert json.loads((proj / "r" / MARKER).read_text())["kind"] == "sweep"
+
+
+def test_sweep_overwrite_reruns_every_point(proj, monkeypatch):
+    assert sweep("--out", "s") == 0
+    calls = counting(monkeypatch)
+    assert sweep("--out", "s", "--overwrite") == 0
+    assert len(calls) == 2

@@ -278,3 +278,16 @@ def test_cache_clear_and_info(cache, capsys):
     assert main(["cache", "clear"]) == 0
     assert "removed 2 file(s)" in capsys.readouterr().out
     assert parsed_cache.entries() == [] and keep.exists()
+
+
+def test_an_unwritable_trace_events_file_is_one_line(proj, capsys, monkeypatch):
+    real_open = open
+
+    def full(path, *a, **kw):
+        if str(path).endswith("ev.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, *a, **kw)
+    monkeypatch.setattr("builtins.open", full)
+    assert main(["run", "ex.yaml", "-q", "--no-save", "--trace-events", "ev.json"]) == 2
+    monkeypatch.undo()
+    one_line_error(capsys, "No space left on device", "ev.json")

@@ -6,11 +6,19 @@ import sys
 from pathlib import Path
 
 from simserve.runner.config import load_experiment
+from simserve.runner.storage import os_error
 from simserve.runner.point import (check_out_dir, format_table, run_experiment_config,
                                    summary_records)
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _run_checked(args)
+    except OSError as exc:  # e.g. --trace-events into a full or read-only folder
+        raise os_error(args.out or "results", exc) from None
+
+
+def _run_checked(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / cfg.name
     if not args.no_save:

@@ -193,10 +193,11 @@ def _plain_name(name) -> bool:
 
 
 def os_error(out, exc: OSError) -> SimserveError:
-    """An OSError while writing results as a one-line error naming the file."""
+    """An OSError while reading or writing results as a one-line error naming the file."""
     what = exc.filename or out
     return SimserveError(f"--out {out}: cannot write {what}: "
-                         f"{exc.strerror or exc or type(exc).__name__}; nothing was left half-written")
+                         f"{exc.strerror or exc or type(exc).__name__}; nothing was left "
+                         "half-written")
 
 
 def records_json(records: list[dict]) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from simserve.runner.executors import EXECUTORS
 from simserve.runner.point import TABLE_COLUMNS, table_footer
+from simserve.runner.storage import os_error
 from simserve.runner.sweep import check_points, load_sweep
 from simserve.runner.sweep_run import check_sweep_out, point_status, run_sweep
 
@@ -40,6 +41,13 @@ def _ident_columns(sweep) -> list:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    try:
+        return _sweep_checked(args)
+    except OSError as exc:  # reading a stored point for --dry-run, say
+        raise os_error(args.out or "results", exc) from None
+
+
+def _sweep_checked(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep"
     check_sweep_out(out, args.overwrite)
