@@ -395,3 +395,10 @@ def test_sweep_overwrite_reruns_every_point(proj, monkeypatch):
     calls = counting(monkeypatch)
     assert sweep("--out", "s", "--overwrite") == 0
     assert len(calls) == 2
+
+
+def test_a_foreign_marker_file_lists_nothing_to_replace(proj):
+    mine = user_files(proj / "u")
+    (proj / "u" / MARKER).write_text(json.dumps({"kind": "run", "files": ["data", "plots"]}))
+    assert run("--out", "u", "--overwrite") == 0
+    assert kept(proj / "u", mine)

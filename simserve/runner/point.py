@@ -1,5 +1,6 @@
 """Running an experiment: every point (policy × seed × rate), its metrics, and the results
-folder, written atomically (a temporary sibling folder renamed into place at the end)."""
+folder (written to a temporary sibling, then moved in file by file with its marker, replacing
+only simserve's own files: `storage.install`)."""
 from __future__ import annotations
 
 import dataclasses

@@ -168,6 +168,8 @@ def install(tmp: Path, out: Path, new_marker: dict, old_marker: dict | None) -> 
     `complete: false` and lists old and new names."""
     out = Path(os.path.realpath(out))
     names = sorted(p.name for p in tmp.iterdir())
+    if (old_marker or {}).get("written_by") != "simserve":
+        old_marker = None  # a file of that name simserve did not write lists nothing
     old = [n for n in (old_marker or {}).get("files", []) if _plain_name(n)]
     for name in names:
         if name not in old and (out / name).is_dir() and not (out / name).is_symlink():
