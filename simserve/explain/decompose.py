@@ -33,6 +33,7 @@ from simserve.capacity import (
 )
 from simserve.errors import SimserveError, did_you_mean
 from simserve.explain.mechanisms import (
+    COLLECTIVES,
     SENSITIVITY,
     Mechanism,
     mechanisms_of,
@@ -119,9 +120,10 @@ class _Runner:
         self.hardware = resolve_hardware(cfg.hardware)
         self.num_simulations = 0
 
-    def goodput(self, spec, off: dict, start: tuple[float, float]) -> Goodput:
+    def goodput(self, spec, off: dict, start: tuple[float, float], hardware=None) -> Goodput:
         from simserve.runner.point import Point, run_point
         cfg, t = self.cfg, self.target
+        hw = self.hardware if hardware is None else hardware
         if off:
             conf = dataclasses.replace(spec.config, **off)
             conf.validate()
@@ -130,7 +132,7 @@ class _Runner:
         summaries: dict[float, list[dict]] = {}
 
         def evaluate(rate: float) -> float:
-            runs = [run_point(cfg, Point(spec, rate, seed), self.hardware).summary
+            runs = [run_point(cfg, Point(spec, rate, seed), hw).summary
                     for seed in cfg.workload.seeds]
             self.num_simulations += len(runs)
             summaries[rate] = runs
@@ -243,6 +245,14 @@ def _sensitivity(run: _Runner, dspec, bspec, near, g_b: Goodput) -> list[dict]:
     the options (a baseline without them keeps its goodput)."""
     out = []
     for label, over in SENSITIVITY.get(dspec.name, ()):
+        if COLLECTIVES in over:
+            from simserve.hardware.collective_band import hardware_at
+            hw = hardware_at(run.hardware, over[COLLECTIVES])
+            gd = run.goodput(dspec, {}, near, hw).rate
+            gb = run.goodput(bspec, {}, near, hw).rate
+            out.append(dict(variation=label, available=True, design_goodput=gd,
+                            baseline_goodput=gb, ratio=_ratio(gd, gb)))
+            continue
         have_d = set(over) <= option_names(dspec.name)
         have_b = set(over) <= option_names(bspec.name)
         if not have_d and not have_b:

@@ -122,16 +122,19 @@ MECHANISMS: dict[str, tuple[Mechanism, ...]] = {
 }
 
 # Printed sensitivity of the headline ratio: option overrides applied to every run that has
-# the options (ConfluxServe's contention α, β: its default, the paper's Fig. 14a value, and the
-# ends of the measured range; collectives: the scale option where the policy has one)
+# the options (ConfluxServe's contention α, β: no contention, the H200 SP2 measurement, the
+# paper's Fig. 14a value, a pessimistic edge), and `COLLECTIVES`, the GPU-GPU link at either
+# edge of its multi-rank band (`simserve.hardware.collective_band`: collectives over more ranks
+# than were measured), applied to the hardware of every run
+COLLECTIVES = "@collectives"
 SENSITIVITY: dict[str, tuple[tuple[str, dict], ...]] = {
     "conflux": (
         ("alpha=beta=1.0 (no contention)", {"alpha": 1.0, "beta": 1.0}),
         ("alpha=1.0, beta=1.72 (H200 SP2 measurement)", {"alpha": 1.0, "beta": 1.72}),
         ("alpha=beta=1.28 (paper Fig. 14a)", {"alpha": 1.28, "beta": 1.28}),
         ("alpha=beta=2.0 (pessimistic)", {"alpha": 2.0, "beta": 2.0}),
-        ("collectives x0.5", {"collective_scale": 0.5}),
-        ("collectives x2", {"collective_scale": 2.0}),
+        ("collectives at the slow edge of their band", {COLLECTIVES: "slow"}),
+        ("collectives at the fast edge of their band", {COLLECTIVES: "fast"}),
     ),
 }
 
