@@ -195,3 +195,14 @@ def test_explain_knows_policies_only_through_the_registry():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for n in names:
                 assert not n.startswith("simserve.policies."), (path.name, n)
+
+
+def test_sensitivity_covers_the_measured_contention_range_and_the_collective_band():
+    ex = explain(CONFLUX, "confluxserve", "chunked++-4096", mechanisms=["overlap"],
+                 num_requests=60, rates=(2.0, 8.0), rtol=0.3, sensitivity=True)
+    names = [s["variation"] for s in ex.sensitivity]
+    assert any("measured range" in n for n in names)
+    assert any("slow edge" in n for n in names) and any("fast edge" in n for n in names)
+    for s in ex.sensitivity:
+        assert s["available"] and s["ratio"] > 0, s
+    assert "sensitivity of the lead" in ex.text()

@@ -244,7 +244,8 @@ def _sensitivity(run: _Runner, dspec, bspec, near, g_b: Goodput) -> list[dict]:
     """The headline ratio with each SENSITIVITY override applied to every run whose policy has
     the options (a baseline without them keeps its goodput)."""
     out = []
-    for label, over in SENSITIVITY.get(dspec.name, ()):
+    for label, over in _measured_range(run.hardware, dspec.name) + \
+            SENSITIVITY.get(dspec.name, ()):
         if COLLECTIVES in over:
             from simserve.hardware.collective_band import hardware_at
             hw = hardware_at(run.hardware, over[COLLECTIVES])
@@ -264,6 +265,18 @@ def _sensitivity(run: _Runner, dspec, bspec, near, g_b: Goodput) -> list[dict]:
         out.append(dict(variation=label, available=True, design_goodput=gd,
                         baseline_goodput=gb, ratio=_ratio(gd, gb)))
     return out
+
+
+def _measured_range(hardware, policy: str) -> tuple:
+    """The GPU profile's measured contention range (`overheads.sp_contention`'s `alpha_range`,
+    `beta_range`), both edges, for a policy with `alpha` and `beta` options."""
+    sp = (getattr(hardware.gpu, "overheads", None) or {}).get("sp_contention") or {}
+    a, b = sp.get("alpha_range"), sp.get("beta_range")
+    if not (a and b) or not {"alpha", "beta"} <= option_names(policy):
+        return ()
+    return tuple((f"alpha={x:g}, beta={y:g} ({edge} edge of the profile's measured range)",
+                  {"alpha": float(x), "beta": float(y)})
+                 for edge, x, y in (("low", a[0], b[0]), ("high", a[1], b[1])))
 
 
 def _known() -> list[str]:
