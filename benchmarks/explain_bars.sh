@@ -17,8 +17,8 @@ run() {  # NAME FILE DESIGN BASELINE EXTRA...
       /usr/bin/time -f "# wall %e s, user %U s" sh -c "$cmd" 2>&1; } > "$f.txt"
 }
 run dualpace-fig9a-vs-neo experiments/dualpace/fig09a-10a-14a-conv-llama8b-rtx4090.yaml \
-    --design dualpace --baseline neo --num-requests 1000 --tol 0.05
+    --design dualpace --baseline neo --num-requests 1000 --tol 0.02
 run dualpace-fig9a-vs-vllm experiments/dualpace/fig09a-10a-14a-conv-llama8b-rtx4090.yaml \
-    --design dualpace --baseline vllm --num-requests 1000 --tol 0.05
+    --design dualpace --baseline vllm --num-requests 1000 --tol 0.02
 run conflux-fig12-qwen14b experiments/conflux/fig12-qwen14b.yaml \
     --design confluxserve --baseline chunked++-4096 --num-requests 1000 --tol 0.02 --sensitivity
