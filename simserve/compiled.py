@@ -172,4 +172,21 @@ def summary() -> str:
     s = status()
     n = sum(v == "compiled" for v in s.values())
     other = sorted({v for v in s.values() if v != "compiled"})
-    return f"compiled modules: {n}/{len(s)}" + (f" (others {', '.join(other)})" if other else "")
+    line = f"compiled modules: {n}/{len(s)}" + (f" (others {', '.join(other)})" if other else "")
+    if n == 0:
+        failed = build_failure()
+        line = "pure Python; " + line + (f"; not compiled at install: {failed}" if failed
+                                         else "")
+    return line
+
+
+BUILD_FAILED = "BUILD_FAILED"  # written into OUT_DIR by setup.py when compiling fails
+
+
+def build_failure(package_dir: Path | None = None) -> str | None:
+    """Why the install's compile failed, as setup.py recorded it, or None."""
+    path = (package_dir or Path(__file__).resolve().parent) / OUT_DIR / BUILD_FAILED
+    try:
+        return path.read_text().strip() or "no reason recorded"
+    except OSError:
+        return None

@@ -91,6 +91,14 @@ def test_the_setup_really_hides_the_submitters_files(project, tmp_path):
     assert res.returncode != 0 and "not on this worker's machine" in res.stderr
 
 
+# A cluster that never comes up (a loaded 2-core machine) must fail the run, not hang it: the
+# thread method also stops a test blocked inside the engine's C code (it ends the process,
+# printing every thread's stack).
+CLUSTER_TIMEOUT = pytest.mark.timeout(240, method="thread")
+
+
+@pytest.mark.slow
+@CLUSTER_TIMEOUT
 def test_dask_workers_elsewhere_match_local(project, tmp_path):
     """The workers join after the sweep has started and after the client's timeout (as a batch
     system's jobs start late): the sweep waits for them."""
@@ -106,10 +114,13 @@ def test_dask_workers_elsewhere_match_local(project, tmp_path):
             sweep_run.run_sweep(load_sweep(project / "sweep.yaml"), tmp_path / "d",
                                 executor="dask", client=client, progress=False)
         finally:
+            late.cancel()  # the sweep failed before the workers were due: never scale
             late.join()
     assert _tree(tmp_path / "d") == _tree(project / "local")
 
 
+@pytest.mark.slow
+@CLUSTER_TIMEOUT
 def test_ray_workers_elsewhere_match_local(project, tmp_path):
     ray = pytest.importorskip("ray")
     code = elsewhere_setup(str(project), str(tmp_path))

@@ -14,6 +14,7 @@ from simserve.sim.kv import KVOvercommitError, PrefixCachingBlockPool
 from simserve.sim.prefix_cache import BlockHasher
 from simserve.sim.requests import RequestTable
 from simserve.run import simulate_point
+from tests.traces import needs_trace
 from tests.helpers import H100, assert_every_token_in_order, workload
 
 
@@ -254,6 +255,7 @@ def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entri
         assert not hits_intact(q)
 
 
+@needs_trace("azure-conv")
 def test_kv_bound_waiting_head_leaps_exactly_on_a_tight_pool():
     # DualPace Fig. 9a's vLLM baseline (RTX 4090: 24 GB, preemptions): the waiting head is
     # blocked by its new blocks plus its cached (preempted, private) hits in the free queue,

@@ -48,10 +48,10 @@ class DaskExecutor:
         return False
 
     def close(self) -> None:
-        if self._own:
-            self.client.close()
+        if self._own:  # bounded: a worker stuck in a point must not hang the sweep's exit
+            self.client.close(timeout=30)
             if self._cluster is not None:
-                self._cluster.close()
+                self._cluster.close(timeout=30)
 
     def map_unordered(self, fn: Callable, items: list,
                       shared=None) -> Iterator[tuple[int, object]]:
