@@ -36,7 +36,7 @@ def _metric_keys() -> tuple[str, ...]:
     z, i = np.zeros(0), np.zeros(0, dtype=np.int64)
     empty = RequestRecords(z, i, i, z, z, np.zeros(1, dtype=np.int64), z, i)
     return ("num_requests", "num_capped", "num_dropped", "prefix_cache_hit_rate",
-            "prefix_cache_saved_tokens", *summarize(empty, SLO(1, 1)))
+            "prefix_cache_saved_tokens", *summarize(empty, SLO(1, 1)))  # per-token form
 
 
 METRIC_KEYS = _metric_keys()
@@ -195,9 +195,24 @@ class Curve:
         return group_label(self.group)
 
 
+def as_records(records) -> list[dict]:
+    """Run records from a list of dicts, or from the DataFrame `simserve.run_experiment` or
+    `simserve.load_results` returns (a field a row lacks reads as absent, not as NaN; metric
+    values stay NaN where nothing was measurable)."""
+    if hasattr(records, "to_dict"):
+        rows = records.to_dict("records")
+        return [{k: v for k, v in r.items()
+                 if k in METRIC_KEYS or not (isinstance(v, float) and v != v)} for r in rows]
+    if isinstance(records, (str, bytes)) or not all(isinstance(r, dict) for r in records):
+        raise SimserveError("records: expected run records (a list of dicts or the DataFrame "
+                            "run_experiment returns)")
+    return list(records)
+
+
 def rate_curves(records: list[dict], metric: str) -> list[Curve]:
     """Per group: the metric at each measured rate, averaged over seeds (NaN if any seed is
     NaN: a seed where nothing was measurable counts as failing)."""
+    records = as_records(records)
     if not any(metric in r for r in records):
         extra = (" (the experiment has no slo:, so nothing measured attainment)"
                  if metric in ("slo_attainment", "request_goodput", "slo_goodput") else "")
@@ -268,7 +283,11 @@ def capacity_from_curve(rates, values, target: Target) -> tuple[float, bool]:
 
 def grid_capacity(records: list[dict], targets: list[Target]) -> list[Capacity]:
     """For each target, each group's sustainable rate from its measured (seed-mean) curve; for
-    `A & B`, the first rate where either fails (`metrics.first_failure`)."""
+    `A & B`, the first rate where either fails (`metrics.first_failure`). `records`: a list
+    of dicts or the DataFrame `run_experiment` returns; a target may be written as text,
+    "p99_ttft_ms<=500"."""
+    records = as_records(records)
+    targets = [parse_target(t) if isinstance(t, str) else t for t in targets]
     out = []
     for t in targets:
         curves = [rate_curves(records, p.metric) for p in t.parts]

@@ -142,12 +142,18 @@ def test_malformed_rows_name_the_line(tmp_path, fname, text, line, fragment):
     assert msg.startswith(f"{p}:{line}:") and fragment in msg, msg
 
 
-def test_zero_output_becomes_one_and_is_counted(tmp_path):
+def test_zero_output_is_refused_by_line_or_counted_as_one_when_asked(tmp_path):
     p = tmp_path / "t.csv"
-    p.write_text(PLAIN_HEAD + "0.5,5,0\n1.0,6,3\n\n")
-    w = read_plain_csv(p)
-    assert w.output_tokens.tolist() == [1, 3] and w.meta["num_zero_output"] == 1
+    p.write_text(PLAIN_HEAD + "0.5,5,3\n\n1.0,6,0\n")
+    w = read_plain_csv(p)  # the reader keeps what the file says
+    assert w.output_tokens.tolist() == [3, 0] and w.meta["num_zero_output"] == 1
+    assert w.meta["first_zero_output_line"] == 4  # header 1, rows 2 and 4, a blank line 3
     assert w.arrival_s.tolist() == [0.5, 1.0]  # plain CSV arrivals are kept as written
+    kw = {"num_requests": None, "arrival": "trace", "rate": None, "seed": 0}
+    with pytest.raises(TraceFormatError, match=r"t\.csv:4: output length of 0 tokens"):
+        build_workload(str(p), **kw)
+    one = build_workload(str(p), zero_output="one", **kw)
+    assert one.output_tokens.tolist() == [3, 1] and one.meta["num_zero_output"] == 1
 
 
 # -- generators --------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int,
                           seed=seed, burstiness_cv=w.burstiness_cv,
                           max_context=w.max_context or model.max_context, start=w.start,
                           max_concurrency=w.max_concurrency, tile=w.tile, overlong=w.overlong,
-                          loaded=loaded, **w.random_params())
+                          loaded=loaded, zero_output=w.zero_output, **w.random_params())
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
@@ -101,6 +101,8 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
                    "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
                    "num_dropped": int(wl.num_dropped),
+                   **({"num_zero_output": int(wl.meta["num_zero_output"])}
+                      if wl.meta.get("num_zero_output") else {}),
                    "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
                    "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
                    "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
@@ -144,14 +146,16 @@ def validate(cfg: ExperimentConfig) -> Workload:
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
-                          trace_events: str | Path | None = None) -> list[PointResult]:
+                          trace_events: str | Path | None = None,
+                          workload: Workload | None = None) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
     folder's lock (a second run into the same `out` at the same time is refused).
-    `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`)."""
+    `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`).
+    `workload`: the requests of every point (a user's own), instead of `cfg`'s trace."""
     if out is None:
-        return _run_experiment_config(cfg, None, progress, stream, trace_events)
+        return _run_experiment_config(cfg, None, progress, stream, trace_events, workload)
     with out_lock(Path(out)):
-        return _run_experiment_config(cfg, out, progress, stream, trace_events)
+        return _run_experiment_config(cfg, out, progress, stream, trace_events, workload)
 
 
 def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
@@ -167,11 +171,16 @@ def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
 
 def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
-                          trace_events: str | Path | None = None) -> list[PointResult]:
+                          trace_events: str | Path | None = None,
+                          workload: Workload | None = None) -> list[PointResult]:
     """Every point; results written to `out` when given. `stream` (default: points of
     `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
     chunks while points run instead of holding them (PointResult.requests is then None)."""
-    first = validate(cfg)
+    if workload is None:
+        first = validate(cfg)
+    else:
+        resolve_hardware(cfg.hardware)
+        first = workload
     if stream is None:
         stream = first.num_requests >= STREAM_MIN_REQUESTS
     hardware = resolve_hardware(cfg.hardware)
@@ -193,7 +202,8 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                     bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
                 trace = None if trace_events is None else \
                     trace_path(trace_events, pt, len(pts) > 1)
-                same = (pt.rate, pt.seed) == (cfg.workload.rates[0], cfg.workload.seeds[0])
+                same = workload is not None or \
+                    (pt.rate, pt.seed) == (cfg.workload.rates[0], cfg.workload.seeds[0])
                 results.append(run_point(cfg, pt, hardware, workload=first if same else None,
                                          requests_sink=sink, progress=point_bar,
                                          trace_events=trace))

@@ -4,8 +4,10 @@ Parsing is vectorised (pandas / one `json.loads` call); per-row Python runs only
 first bad line once a vectorised check has failed. Blank lines are skipped, but every error
 names the file and the 1-based line number of the offending row.
 
-Output lengths of 0 are read as 1 (a request always produces its first token) and counted in
-`meta["num_zero_output"]`; prompt lengths of 0 and negative lengths are errors.
+Output lengths of 0 are kept as read, counted in `meta["num_zero_output"]`, with the first such
+row's line in `meta["first_zero_output_line"]`: a run refuses them, naming that line, unless the
+workload says `zero_output: one` (`workload.transform.zero_outputs`). Prompt lengths of 0 and
+negative lengths are errors.
 """
 from __future__ import annotations
 
@@ -101,12 +103,14 @@ def _check_arrivals(t: np.ndarray, rows: _Rows, what: str) -> None:
 
 
 def _finish(path: Path, fmt: str, arrival_s, prompt, output, rows: _Rows, **meta) -> Workload:
-    """Shared last checks: prompt >= 1, output 0 -> 1 (counted)."""
+    """Shared last checks: prompt >= 1; outputs of 0 kept, counted, the first one's line kept."""
     rows.flag(prompt == 0, lambda i: "prompt length of 0 tokens")
     rows.raise_first()
-    zero_out = output == 0
-    output = np.where(zero_out, 1, output).astype(np.int64)
-    meta = {"source": str(path), "format": fmt, "num_zero_output": int(zero_out.sum()), **meta}
+    zero_out = np.flatnonzero(output == 0)
+    meta = {"source": str(path), "format": fmt, "num_zero_output": int(zero_out.size),
+            **({"first_zero_output_line": int(rows.lines[zero_out[0]])} if zero_out.size
+               else {}), **meta}
+    output = np.asarray(output, dtype=np.int64)
     return Workload(np.asarray(arrival_s, dtype=np.float64), prompt.astype(np.int64), output,
                     name=path.stem, meta=meta)
 
