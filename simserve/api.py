@@ -77,13 +77,20 @@ def _with_user_workload(cfg: ExperimentConfig, workload: Workload,
 
 def run_experiment(config: str | Path | dict | ExperimentConfig, *, overrides=(),
                    out: str | Path | None = None, progress: bool = False,
-                   workload: Workload | None = None) -> pd.DataFrame:
+                   workload: Workload | None = None, summary_format: str | None = None,
+                   percentile_metrics: str | None = None,
+                   metric_percentiles: str | None = None) -> pd.DataFrame:
     """Run every point of an experiment (YAML path, mapping or parsed config) and return one
     row of metrics per point; writes the results folder too when `out` is given.
 
     `workload=`: replay a `Workload` you built instead of the YAML's trace; the workload
     section may then hold only num_requests, start, tile, max_concurrency and seeds (as
-    `simulate` takes them), and each policy × seed is one point."""
+    `simulate` takes them), and each policy × seed is one point.
+    `summary_format="vllm"` (with `percentile_metrics="ttft,tpot,itl,e2el"`,
+    `metric_percentiles="50,90,99"`, as `vllm bench serve` takes them) writes `out`'s
+    summary.json as vLLM does; the returned frame holds the extra percentiles too."""
+    from simserve.runner.vllm_summary import SummaryFormat
+    fmt = SummaryFormat.from_options(summary_format, percentile_metrics, metric_percentiles)
     if isinstance(config, ExperimentConfig):
         cfg = config
     elif isinstance(config, dict):
@@ -95,7 +102,8 @@ def run_experiment(config: str | Path | dict | ExperimentConfig, *, overrides=()
         given = set(raw) if isinstance(raw, dict) else set()
         refuse_other_options(sorted(given), f"{cfg.source}: workload.")
         cfg, workload = _with_user_workload(cfg, workload, given)
-    results = run_experiment_config(cfg, out=out, progress=progress, workload=workload)
+    results = run_experiment_config(cfg, out=out, progress=progress, workload=workload,
+                                    summary=fmt)
     return pd.DataFrame([r.summary for r in results])
 
 

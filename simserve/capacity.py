@@ -125,14 +125,20 @@ def parse_target(expr: str) -> Target:
 
 
 def load_records(path: str | Path) -> list[dict]:
-    """The records of a results folder (its summary.json) or of a summary.json file."""
+    """The records of a results folder (its summary.json) or of a summary.json file: a JSON
+    list of records, or one JSON object per line (`simserve run --summary-format vllm`, as
+    `vllm bench serve --append-result` writes them)."""
     p = Path(path)
     f = p / "summary.json" if p.is_dir() else p
     if not f.exists():
         hint = " (a results folder needs summary.json)" if p.is_dir() else ""
         raise SimserveError(f"{f}: no such file{hint}")
     try:
-        recs = json.loads(f.read_text())
+        text = f.read_text()
+        try:
+            recs = json.loads(text)
+        except json.JSONDecodeError:
+            recs = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SimserveError(f"{f}: not a JSON summary: {exc}") from None
     if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):

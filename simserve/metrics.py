@@ -249,6 +249,24 @@ def _stats(name: str, seconds: np.ndarray) -> dict[str, float]:
     return {k: float(v) for k, v in zip(keys, vals)}
 
 
+def p_word(p: float) -> str:
+    """A percentile as vLLM spells it in a key: 99 -> '99', 99.9 -> '99.9'."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def more_percentiles(records: RequestRecords, percentiles) -> dict[str, float]:
+    """`p{P}_{metric}_ms` of TTFT, TPOT, ITL and E2E latency at further percentiles (vLLM's
+    `--metric-percentiles`), over the same finished requests (and ITL gaps) as `summarize`."""
+    d = _derive(records)
+    out = {}
+    for name in LATENCY_METRICS:
+        x = d["itl"] if name == "itl" else d[name][np.isfinite(d[name]) & d["finished"]]
+        for p in percentiles:
+            out[f"p{p_word(p)}_{name}_ms"] = float(np.percentile(x * 1e3, p)) if x.size \
+                else math.nan
+    return out
+
+
 def summarize(records: RequestRecords, slo: SLO | None = None) -> dict[str, float]:
     """Run-level metrics named as `vllm bench serve` names them, over finished requests.
 

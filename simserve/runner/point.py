@@ -13,6 +13,7 @@ from simserve.errors import ConfigError, SimserveError
 from simserve.runner.csv_chunks import csv_text
 from simserve.runner.record_sink import RecordSink, label_frame
 from simserve.runner.config import ExperimentConfig, PolicySpec
+from simserve.runner.vllm_summary import SummaryFormat, vllm_lines
 from simserve.runner.storage import (atomic_folder, out_lock, records_frame, write_config,
                                      write_records)
 from simserve.hardware.setup import resolve_hardware
@@ -81,10 +82,16 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int,
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
               workload: Workload | None = None, requests_sink: RecordSink | None = None,
-              progress=False, trace_events=None) -> PointResult:
+              progress=False, trace_events=None, percentiles=()) -> PointResult:
     """One point. With `requests_sink` the run is streamed: per-request rows go to the sink in
     chunks as requests finish and `requests` is None (memory stays flat).
-    `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`)."""
+    `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`).
+    `percentiles`: further latency percentiles for the summary (`metrics.more_percentiles`);
+    not with a streamed run, which keeps no per-request latencies."""
+    if percentiles and requests_sink is not None:
+        raise SimserveError("percentiles other than 50, 90 and 99 need every request's "
+                            "latency in memory; a streamed run (--stream, or 200,000 requests "
+                            "a point) keeps only those three")
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
     labels = (pt.policy.label, pt.rate, pt.seed)
@@ -117,6 +124,9 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         summary.update(res.stats.get("prefix_cache_summary", {}))
         return PointResult(pt, summary, None, res.stats, res.recorder.frame)
     summary.update(summarize(res.records, cfg.slo))
+    if percentiles:
+        from simserve.metrics import more_percentiles
+        summary.update(more_percentiles(res.records, percentiles))
     summary.update(res.stats.get("prefix_cache_summary", {}))
     records = res.records
     return PointResult(pt, summary, lambda: label_frame(request_frame(records, cfg.slo), labels),
@@ -147,15 +157,18 @@ def validate(cfg: ExperimentConfig) -> Workload:
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
                           trace_events: str | Path | None = None,
-                          workload: Workload | None = None) -> list[PointResult]:
+                          workload: Workload | None = None,
+                          summary: SummaryFormat | None = None) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
     folder's lock (a second run into the same `out` at the same time is refused).
     `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`).
-    `workload`: the requests of every point (a user's own), instead of `cfg`'s trace."""
+    `workload`: the requests of every point (a user's own), instead of `cfg`'s trace.
+    `summary`: summary.json's form (`vllm_summary.SummaryFormat`; simserve's by default)."""
+    args = (progress, stream, trace_events, workload, summary or SummaryFormat())
     if out is None:
-        return _run_experiment_config(cfg, None, progress, stream, trace_events, workload)
+        return _run_experiment_config(cfg, None, *args)
     with out_lock(Path(out)):
-        return _run_experiment_config(cfg, out, progress, stream, trace_events, workload)
+        return _run_experiment_config(cfg, out, *args)
 
 
 def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
@@ -172,10 +185,12 @@ def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
 def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
                           trace_events: str | Path | None = None,
-                          workload: Workload | None = None) -> list[PointResult]:
+                          workload: Workload | None = None,
+                          summary: SummaryFormat | None = None) -> list[PointResult]:
     """Every point; results written to `out` when given. `stream` (default: points of
     `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
     chunks while points run instead of holding them (PointResult.requests is then None)."""
+    summary = summary or SummaryFormat()
     if workload is None:
         first = validate(cfg)
     else:
@@ -206,7 +221,7 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                     (pt.rate, pt.seed) == (cfg.workload.rates[0], cfg.workload.seeds[0])
                 results.append(run_point(cfg, pt, hardware, workload=first if same else None,
                                          requests_sink=sink, progress=point_bar,
-                                         trace_events=trace))
+                                         trace_events=trace, percentiles=summary.extra))
                 if bar:
                     bar.update()
         finally:
@@ -217,13 +232,13 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
     if not stream:
         results = run_all(None)
         if out is not None:
-            write_results(cfg, results, Path(out))
+            write_results(cfg, results, Path(out), summary)
         return results
     if out is None:
         return run_all(RecordSink(None))
     with atomic_folder(Path(out).resolve()) as tmp:
         results = run_all(RecordSink(tmp / "requests.csv"))
-        _write_summary_files(tmp, cfg, results)
+        _write_summary_files(tmp, cfg, results, summary)
     return results
 
 
@@ -231,7 +246,8 @@ def summary_records(results: list[PointResult]) -> list[dict]:
     return [r.summary for r in results]
 
 
-def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) -> Path:
+def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path,
+                  summary: SummaryFormat | None = None) -> Path:
     """Write summary.json, summary.csv, requests.csv, config.yaml (resolved) with its hash,
     into a temporary sibling folder renamed to `out` only when everything is written."""
     out = out.resolve()
@@ -239,13 +255,18 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) 
     with atomic_folder(out) as tmp:
         with open(tmp / "requests.csv", "w", newline="") as f:
             f.write(csv_text(pd.concat([r.requests for r in results], ignore_index=True)))
-        _write_summary_files(tmp, cfg, results)
+        _write_summary_files(tmp, cfg, results, summary)
     return out
 
 
-def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult]) -> None:
+def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult],
+                         summary: SummaryFormat | None = None) -> None:
     recs = summary_records(results)
-    write_records(tmp / "summary.json", recs)
+    if summary is not None and summary.kind == "vllm":
+        (tmp / "summary.json").write_text(vllm_lines(recs, cfg, summary.percentile_metrics,
+                                                     summary.metric_percentiles))
+    else:
+        write_records(tmp / "summary.json", recs)
     records_frame(recs).to_csv(tmp / "summary.csv", index=False)
     write_config(tmp / "config.yaml", cfg.resolved(),
                  f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "
