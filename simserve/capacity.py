@@ -48,7 +48,7 @@ ID_KEYS = ("request_rate", "seed", "point", "workload.rates", "workload.rate", "
            "counters")   # a CPU-tier policy's mechanism counts differ per point
 HIGHER_IS_BETTER = ("slo_attainment", "keep_up_ratio")  # fall as the rate grows: targets use >=
 # The goodput the paper tables use: 95 % attainment AND keeping up with the offered work
-# (issue 13 §6); plain 95 % attainment is reported beside it.
+# (docs/metrics.md, "Sustained goodput"); plain 95 % attainment is reported beside it.
 SUSTAINED_GOODPUT = "slo_attainment>=0.95 & keep_up_ratio>=0.95"
 # DualPace's four latency targets (§6.1) and ConfluxServe's 95 % attainment, plain and sustained.
 DEFAULT_TARGETS = ("mean_normalized_latency_s<=1", "p99_ttft_ms<=5000", "p99_itl_ms<=1500",

@@ -325,7 +325,7 @@ def summarize_derived(d: dict, prompt_tokens, output_tokens, finish_s, arrival_s
 
 
 # A run keeps up when it delivers at least this share of the work offered late in the arrival
-# window (issue 13 §6). 0.95 mirrors the 95 % attainment threshold; it is our choice, not a
+# window (docs/metrics.md, "Sustained goodput"). 0.95 mirrors the 95 % attainment threshold; it is our choice, not a
 # paper's: neither paper defines a keep-up test.
 KEEP_UP_THRESHOLD = 0.95
 KEEP_UP_KEYS = ("keep_up_ratio", "backlog_requests_at_last_arrival",
@@ -487,7 +487,7 @@ def first_failure(results: list[tuple[float, bool]]) -> tuple[float, bool]:
 def sustained_goodput(rates, attainment, keep_up_ratio, threshold: float = 0.95,
                       keep_up_min: float = KEEP_UP_THRESHOLD) -> tuple[float, bool]:
     """Goodput that also keeps up: the highest rate below which attainment >= threshold AND
-    keep_up_ratio >= keep_up_min (issue 13 §6). 95 % attainment alone lets a design starve
+    keep_up_ratio >= keep_up_min. 95 % attainment alone lets a design starve
     < 5 % of the requests (the long prompts) without end; the keep-up test catches that."""
     return first_failure([max_rate_meeting(rates, attainment, threshold),
                           max_rate_meeting(rates, keep_up_ratio, keep_up_min)])
