@@ -131,7 +131,9 @@ class BuildCompiled(build_ext):
         return True
 
     def _record_failure(self, why: str) -> None:
-        """simserve/_compiled/BUILD_FAILED: `simserve --version` reports it."""
+        """simserve/_compiled/BUILD_FAILED: `simserve --version` reports it. The build
+        folder's compiled copies of an earlier build go (they would ship beside it)."""
+        shutil.rmtree(Path(self.build_lib).joinpath(*OUT), ignore_errors=True)
         for d in self._out_dirs():
             d.mkdir(parents=True, exist_ok=True)
             (d / PLAN.BUILD_FAILED).write_text(why.splitlines()[0][:300] + "\n")
