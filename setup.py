@@ -80,6 +80,7 @@ class BuildCompiled(build_ext):
             return
         if self._reuse_in_tree():
             self._write_manifest()
+            self._forget_failure()
             _say("simserve build: reusing the compiled hot modules of simserve/_compiled/ "
                  "(built from these same sources)")
             return
@@ -99,9 +100,13 @@ class BuildCompiled(build_ext):
             self._record_failure(why)
             return
         self._write_manifest()
-        for d in self._out_dirs():  # a failure recorded by an earlier install is gone
-            (d / PLAN.BUILD_FAILED).unlink(missing_ok=True)
+        self._forget_failure()
         _say("simserve build: compiled the hot modules")
+
+    def _forget_failure(self) -> None:
+        """A failure recorded by an earlier build is gone."""
+        for d in self._out_dirs():
+            (d / PLAN.BUILD_FAILED).unlink(missing_ok=True)
 
     def _reuse_in_tree(self) -> bool:
         """One compile per checkout: when simserve/_compiled/ (an editable install's) holds
