@@ -49,11 +49,13 @@ def set_errors(rows: list[dict]) -> list[tuple[str, int, dict]]:
 
 
 def set_table(rows: list[dict]) -> str:
-    out = [f"{'mean |err| % by run set':58s} {'runs':>4s}  out tok/s   TPOT   TTFT  P99 TTFT"
+    sets = set_errors(rows)
+    w = max(len(name) for name, _, _ in sets)
+    out = [f"{'mean |err| % by run set':{w}s} {'runs':>4s}  out tok/s   TPOT   TTFT  P99 TTFT"
            "    ITL  P99 ITL"]
-    for name, n, m in set_errors(rows):
-        out.append(f"{name[:58]:58s} {n:4d} " + " ".join(
-            f"{m[k]:{w}.1f}" for k, w in zip(METRICS, (10, 6, 6, 9, 6, 8))))
+    for name, n, m in sets:
+        out.append(f"{name:{w}s} {n:4d} " + " ".join(
+            f"{m[k]:{c}.1f}" for k, c in zip(METRICS, (10, 6, 6, 9, 6, 8))))
     return "\n".join(out)
 
 
