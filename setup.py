@@ -78,29 +78,35 @@ class BuildCompiled(build_ext):
         if not self._compile:
             self._record_failure(getattr(self, "_why", "nothing to compile"))
             return
-        if self._reuse_in_tree():
-            self._write_manifest()
-            self._forget_failure()
-            _say("simserve build: reusing the compiled hot modules of simserve/_compiled/ "
-                 "(built from these same sources)")
-            return
-        _say(f"simserve build: compiling {len(self.extensions)} hot modules with Cython "
-             f"({self.parallel} jobs; a few minutes on 2 cores)")
-        if self.inplace:  # the editable install's copies go to folders that may not exist yet
-            build_py = self.get_finalized_command("build_py")
-            for ext in self.extensions:
-                os.makedirs(os.path.dirname(self._get_inplace_equivalent(build_py, ext)[0]),
-                            exist_ok=True)
+        every = self.extensions
+        reused = self._reuse_in_tree()
+        self.extensions = [e for e in every if e.name not in reused]
+        if reused:
+            _say(f"simserve build: reusing {len(reused)} compiled hot modules of "
+                 "simserve/_compiled/ (built from these same sources)")
         try:
-            super().run()
+            if self.extensions:
+                self._compile_rest()
         except Exception as e:  # no C compiler, a compile or link error: pure Python
             why = f"compiling the hot modules failed ({type(e).__name__}: {e})"
             _warn(why)
             self._compile = False
             self._record_failure(why)
             return
+        finally:
+            self.extensions = every
         self._write_manifest()
         self._forget_failure()
+
+    def _compile_rest(self) -> None:
+        _say(f"simserve build: compiling {len(self.extensions)} hot modules with Cython "
+             f"({self.parallel} jobs; about 3 CPU-minutes for all of them)")
+        if self.inplace:  # the editable install's copies go to folders that may not exist yet
+            build_py = self.get_finalized_command("build_py")
+            for ext in self.extensions:
+                os.makedirs(os.path.dirname(self._get_inplace_equivalent(build_py, ext)[0]),
+                            exist_ok=True)
+        super().run()
         _say("simserve build: compiled the hot modules")
 
     def _forget_failure(self) -> None:
@@ -108,32 +114,31 @@ class BuildCompiled(build_ext):
         for d in self._out_dirs():
             (d / PLAN.BUILD_FAILED).unlink(missing_ok=True)
 
-    def _reuse_in_tree(self) -> bool:
-        """One compile per checkout: when simserve/_compiled/ (an editable install's) holds
-        every module, built by this Cython with these directives from sources whose sha256
-        is unchanged, copy those files into the build instead of compiling them again."""
+    def _reuse_in_tree(self) -> set[str]:
+        """One compile per checkout: the modules whose copy in simserve/_compiled/ (an
+        editable install's) was built by this Cython with these directives from a source
+        whose sha256 is unchanged are copied into the build instead of compiled again."""
         src = HERE / "simserve" / PLAN.OUT_DIR
         try:
             man = json.loads((src / PLAN.MANIFEST).read_text())
             from Cython import __version__ as cython_version
         except (OSError, ValueError, ImportError):
-            return False
+            return set()
         if man.get("cython") != cython_version or man.get("directives") != PLAN.DIRECTIVES:
-            return False
-        files = []
+            return set()
+        reused = set()
+        dest = Path(self.build_lib).joinpath(*OUT)
         for ext in self.extensions:
             entry = man.get("modules", {}).get(ext.name) or {}
             rel = PLAN.compiled_relpath(ext.name, _suffix(self._rel(ext.name)))
             if entry.get("file") != rel or not (src / rel).is_file() or entry.get("sha256") \
                     != PLAN.source_sha256(PLAN.source_path(ext.name, HERE / "simserve")):
-                return False
-            files.append(rel)
-        dest = Path(self.build_lib).joinpath(*OUT)
-        for rel in files:
+                continue
             if (dest / rel).resolve() != (src / rel).resolve():
                 (dest / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src / rel, dest / rel)
-        return True
+            reused.add(ext.name)
+        return reused
 
     def _record_failure(self, why: str) -> None:
         """simserve/_compiled/BUILD_FAILED: `simserve --version` reports it. The build
