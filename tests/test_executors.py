@@ -175,3 +175,19 @@ def test_unreachable_ray_cluster_is_one_line(project, tmp_path, capsys):
 def test_an_option_of_the_other_engine_is_refused(project, tmp_path, capsys, args, needle):
     assert _sweep([project / "sweep.yaml", "--out", tmp_path / "o", *args]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_resolved_hardware_pickles_after_a_run():
+    """A sweep sends resolved hardware to Dask and Ray workers; the pricing closures cached
+    on it by a run (compiled, they do not pickle at all; this test's plain pickle refuses
+    them from source too) must not go with it, or Dask waits forever for the inputs."""
+    import pickle
+
+    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    from simserve.run import simulate_point
+    from tests.helpers import workload
+    hw = resolve_hardware(HardwareConfig(gpu="h100-sxm"))
+    simulate_point(workload([0.0, 0.1], [3000, 500], [4, 4]), "llama-3.1-8b", hw, "vllm")
+    again = pickle.loads(pickle.dumps(hw))
+    r = simulate_point(workload([0.0, 0.1], [3000, 500], [4, 4]), "llama-3.1-8b", again, "vllm")
+    assert r.records.finish_s.max() > 0
