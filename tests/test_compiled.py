@@ -136,11 +136,14 @@ def test_compiled_results_equal_the_source():
     assert fast[:-1] == pure[:-1] and len(fast) == len(_CASES) + 1
 
 
-def test_version_says_pure_python_and_why_when_nothing_is_compiled(tmp_path, monkeypatch):
+def test_version_says_pure_python_and_why_when_nothing_is_compiled(tmp_path):
     """A failed compile at install is recorded by setup.py (simserve/_compiled/BUILD_FAILED);
-    with no module compiled the one-line summary says "pure Python" and why."""
-    monkeypatch.setenv("SIMSERVE_PURE_PYTHON", "1")
-    assert compiled.summary().startswith("pure Python; compiled modules: 0/")
+    with no module compiled the one-line summary says "pure Python" and why. (A fresh
+    process: this one may have imported compiled modules already.)"""
+    env = {**os.environ, "SIMSERVE_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-m", "simserve", "--version"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and "(pure Python; compiled modules: 0/" in out.stdout
     (tmp_path / compiled.OUT_DIR).mkdir()
     assert compiled.build_failure(tmp_path) is None
     (tmp_path / compiled.OUT_DIR / compiled.BUILD_FAILED).write_text("no C compiler\n")
