@@ -33,6 +33,8 @@ COMMANDS = {
                 "simserve.runner.regress_cli"),
     "validate": ("real executor vs cost model (iterations, replay)",
                  "simserve.realcheck.cli"),
+    "plan": ("the cheapest deployment (GPUs, design, knobs, router) that meets an SLO",
+             "simserve.plan.cli"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(mod for _, mod in COMMANDS.values()))
 
