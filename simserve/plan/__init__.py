@@ -17,7 +17,7 @@ from pathlib import Path
 
 from simserve.plan.spec import PlanSpec, load_plan, parse_plan
 
-__all__ = ["plan", "PlanResult", "PlanSpec", "load_plan", "parse_plan"]
+__all__ = ["PlanResult", "PlanSpec", "load_plan", "parse_plan", "plan"]
 
 
 @dataclass

@@ -89,8 +89,8 @@ def steady(gm: GpuCostModel, lam_prefill: float, lam_decode: float, P: float, O:
         shape = BatchShape(num_tokens=int(B + pre) + 1,
                            prefill_chunks=np.array([max(int(pre), 1)], dtype=np.int64),
                            prefill_ctx=np.array([int(P / 2)], dtype=np.int64),
-                           num_decodes=int(round(B)), decode_ctx_sum=int(round(B) * ctx),
-                           num_sample_rows=int(round(B)) + 1)
+                           num_decodes=round(B), decode_ctx_sum=int(round(B) * ctx),
+                           num_sample_rows=round(B) + 1)
         t_new = gm.step_s(shape)
         done = abs(t_new - t) <= 1e-4 * t
         t = t_new

@@ -18,7 +18,8 @@ COLUMNS = (("rank", "#", "{}"), ("config", "config", "{}"), ("usd_per_hour", "$/
            ("usd_per_mtok", "$/Mtok out", "{:.3f}"), ("rate", "sustained req/s", "{:.3g}"),
            ("estimate", "screen req/s", "{:.3g}"), ("estimate_error", "screen err", "{:+.0%}"),
            ("slo_attainment", "SLO att.", "{:.1%}"), ("tok_s_per_gpu", "tok/s/GPU", "{:.0f}"),
-           ("tok_s_per_user", "tok/s/user", "{:.1f}"), ("status", "status", "{}"))
+           ("tok_s_per_user", "tok/s/user", "{:.1f}"), ("status", "status", "{}"),
+           ("fidelity", "simulated with", "{}"))
 
 
 def row(c: Candidate, hourly: float, est, r: dict | None) -> dict:
@@ -34,6 +35,7 @@ def row(c: Candidate, hourly: float, est, r: dict | None) -> dict:
     at = r.get("at") or {}
     rate = float(r.get("rate") or 0.0)
     out.update(rate=rate, status=r.get("status", "final"), rung=r.get("rung"),
+               fidelity=r.get("fidelity"),
                censored=r.get("censored"), num_simulations=r.get("num_simulations"), **at)
     if rate > 0:
         out["estimate_error"] = est.rate / rate - 1

@@ -2,8 +2,8 @@
 of each frontier candidate on the executors, successive halving over request counts and
 seeds, early stopping of candidates dominated in cost, and the winner's router variants.
 
-Rungs: the first bisects every frontier candidate with `screen_requests` requests (default a
-quarter of the plan's) and the first seed; the survivors — the best 1/eta by the objective,
+Rungs: the first bisects every frontier candidate with `screen_requests` requests (default half
+the plan's, at least 100) and the first seed; the survivors — the best 1/eta by the objective,
 at least three — are bisected again with the plan's requests and every seed. With a rate to
 serve, the last rung runs in order of cost, a batch of `workers` at a time, and stops as soon
 as a candidate sustains the rate: every dearer one is dominated ("dominated" in the table)."""
@@ -100,7 +100,7 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
     `rung` (0-based) and `status` (final, halted, dominated) added."""
     s = spec.search
     full = int(spec.workload.get("num_requests") or 2000)
-    first = s.screen_requests or min(full, max(full // 4, MIN_SCREEN_REQUESTS))
+    first = s.screen_requests or min(full, max(full // 2, MIN_SCREEN_REQUESTS))
     rungs = [(first, s.seeds[:1]), (full, s.seeds)] if first < full or len(s.seeds) > 1 \
         else [(full, s.seeds)]
     res: dict[Candidate, dict] = {}
@@ -116,7 +116,8 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
         else:
             got = sim.run([(c, sim.item(c, guess[c], n, seeds)) for c in alive])
         for c, r in got.items():
-            res[c] = dict(r, rung=i, status="final" if last else "halted")
+            res[c] = dict(r, rung=i, status="final" if last else "halted",
+                          fidelity=f"{n} req x {len(seeds)} seed" + ("s" if len(seeds) > 1 else ""))
         if last:
             for c in alive:
                 if c not in got:
@@ -158,5 +159,6 @@ def refine_routers(spec, winner: Candidate, all_cands: list[Candidate], est: dic
     g = _rate(res[winner]) or est[winner].rate
     got = sim.run([(c, sim.item(c, g, full, spec.search.seeds)) for c in sibs])
     for c, r in got.items():
-        res[c] = dict(r, rung=res[winner].get("rung", 0), status="router")
+        res[c] = dict(r, rung=res[winner].get("rung", 0), status="router",
+                      fidelity=res[winner].get("fidelity"))
     return sibs

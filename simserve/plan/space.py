@@ -46,9 +46,9 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        hw = f"{self.num_gpus}x{self.gpu}" + (f"+{self.cpu}" + (f":{self.cpu_cores}c"
-                                                                  if self.cpu_cores else "")
-                                                 if self.design in CPU_TIER else "")
+        hw = f"{self.num_gpus}x{self.gpu}"
+        if self.design in CPU_TIER and self.cpu:
+            hw += f"+{self.cpu}" + (f":{self.cpu_cores}c" if self.cpu_cores else "")
         knobs = ",".join(f"{k}={v}" for k, v in self.options)
         return f"{self.design}[{knobs}]@{hw}" if knobs else f"{self.design}@{hw}"
 
