@@ -23,11 +23,12 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--models", default="llama-3.1-8b,qwen3-32b")
     args = ap.parse_args()
-    from simserve.plan import load_plan, plan
     import dataclasses
+
+    from simserve.plan import load_plan, plan
     lines = [f"date: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC",
-             f"load average before: {os.getloadavg()} on {os.cpu_count()} cores "
-             "(shared with other engineers' jobs)"]
+             (f"load average before: {os.getloadavg()} on {os.cpu_count()} cores "
+             "(shared with other engineers' jobs)")]
     base = load_plan(HERE / "plan-large.yaml")
     total = {"cand": 0, "sim": 0, "screen": 0.0, "wall": 0.0}
     for m in args.models.split(","):
@@ -43,9 +44,9 @@ def main() -> int:
         lines += ["", f"== {m}", res.summary(), res.table(15)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    lines += ["", f"total: {total['cand']} candidates, screen {total['screen']:.1f} s, "
+    lines += ["", (f"total: {total['cand']} candidates, screen {total['screen']:.1f} s, "
               f"{total['sim']} simulated, wall {total['wall']:.0f} s; peak RSS {peak:.0f} MiB "
-              f"(this process), {kids:.0f} MiB (largest worker)",
+              f"(this process), {kids:.0f} MiB (largest worker)"),
               f"load average after: {os.getloadavg()}"]
     text = "\n".join(lines)
     print(text)

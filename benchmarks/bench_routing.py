@@ -26,11 +26,11 @@ def main() -> int:
     ap.add_argument("--out")
     args = ap.parse_args()
     from simserve.api import simulate
-    lines = [f"date: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load average "
-             f"{os.getloadavg()} on {os.cpu_count()} cores (shared with other engineers)",
-             f"llama-3.1-8b, {args.replicas} x h100-sxm (vllm-routed, tp 1), "
+    lines = [(f"date: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load average "
+             f"{os.getloadavg()} on {os.cpu_count()} cores (shared with other engineers)"),
+             (f"llama-3.1-8b, {args.replicas} x h100-sxm (vllm-routed, tp 1), "
              f"mooncake-conversation first {args.requests} requests, Poisson arrivals, "
-             f"SLO {SLO}, seed 0"]
+             f"SLO {SLO}, seed 0")]
     rows = {}
     for rate in [float(x) for x in args.rates.split(",")]:
         for r in ROUTERS:

@@ -136,10 +136,13 @@ def _exhaustive(spec):
     for c in expand(spec):
         if infeasible(c, stats.max_tokens, None):
             continue
-        g = max(E.capacity(c).rate, 0.05)
+        horizon = (spec.slo["ttft_ms"] + stats.mean_output * spec.slo["tbt_ms"]) / 1e3
+        hi = min(HI_FACTOR * max(E.capacity(c).rate, 0.05), n / horizon)
+        g = min(max(E.capacity(c).rate, 0.05), hi)
         r = bisect_task({"experiment": experiment(spec, c, [g], spec.search.seeds, n),
-                         "target": target_expr(spec.attainment, n), "start": [0.6 * g, 1.2 * g],
-                         "hi": HI_FACTOR * g, "rtol": spec.search.rtol})
+                         "target": target_expr(spec.attainment, n),
+                         "start": [min(0.6 * g, 0.5 * hi), min(1.2 * g, hi)], "hi": hi,
+                         "rtol": spec.search.rtol})
         if r.get("rate", 0) >= spec.rate:
             key = (c.hourly(prices), -r["rate"], c.label)
             best = min(best, (key, c.label)) if best else (key, c.label)

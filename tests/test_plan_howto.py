@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "how-to" / "plan-a-deployment.md"
-FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 @pytest.mark.timeout(900)
@@ -28,7 +28,8 @@ def test_plan_howto_bash_blocks_run(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIMSERVE_")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(ROOT),
                HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / ".cache"), MPLBACKEND="Agg")
-    r = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(script)], cwd=tmp_path,
+    r = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(script)], check=False,
+                       cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     for f in ("plan.csv", "plan.json", "pareto.png", "winner.yaml", "plan-state.jsonl"):

@@ -58,8 +58,8 @@ def test_prefix_affinity_bounded_load_spills():
 
 
 def test_routed_policy_validates_the_router():
-    from simserve.policies import make_config
     from simserve.errors import ConfigError
+    from simserve.policies import make_config
     with pytest.raises(ConfigError, match="router"):
         make_config("vllm-routed", {"router": "random"})
     assert make_config("vllm-routed", {"router": "least_kv"}).router == "least_kv"

@@ -110,7 +110,8 @@ def plan(config, *, out: str | Path | None = None, executor: str = "local",
     res: dict = {}
     winner = None
     with make_executor(executor, workers) as ex:
-        sim = search.Simulator(spec, state, ex, progress, len(front))
+        horizon = (float(spec.slo["ttft_ms"]) + stats.mean_output * estimator.itl_s * 1e3) / 1e3
+        sim = search.Simulator(spec, state, ex, progress, len(front), horizon)
         try:
             res = search.run_rungs(spec, front, est, cost, sim, workers)
             winner = _pick(spec, res, cost)

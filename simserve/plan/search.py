@@ -49,8 +49,9 @@ def score(spec, rate: float, hourly: float) -> tuple:
 class Simulator:
     """Runs bisection tasks on an executor, reusing the state file's finished ones."""
 
-    def __init__(self, spec, state, executor, progress: bool, total: int):
+    def __init__(self, spec, state, executor, progress: bool, total: int, horizon_s: float):
         self.spec, self.state, self.executor = spec, state, executor
+        self.horizon_s = horizon_s
         self.bar = None
         self.num_simulations = 0
         if progress:
@@ -63,10 +64,16 @@ class Simulator:
             self.bar.close()
 
     def item(self, c: Candidate, guess: float, num_requests: int, seeds) -> dict:
-        g = max(guess, 0.05)
+        """A bisection task; its probes stay below `HI_FACTOR` × the guess and below the rate
+        whose arrivals span less than one SLO horizon (`horizon_s`: the TTFT target plus the
+        mean output's TBT deadlines), where a burst would pass for a steady state: a
+        candidate that passes there is reported censored (at least that rate)."""
+        hi = min(HI_FACTOR * max(guess, 0.05), num_requests / self.horizon_s)
+        g = min(max(guess, 0.05), hi)
         return {"experiment": experiment(self.spec, c, [g], seeds, num_requests),
-                "target": target_expr(self.spec.attainment, num_requests), "start": [0.6 * g, 1.2 * g],
-                "hi": HI_FACTOR * g, "rtol": self.spec.search.rtol}
+                "target": target_expr(self.spec.attainment, num_requests),
+                "start": [min(0.6 * g, 0.5 * hi), min(1.2 * g, hi)], "hi": hi,
+                "rtol": self.spec.search.rtol}
 
     def run(self, jobs: list[tuple[Candidate, dict]]) -> dict[Candidate, dict]:
         out, todo = {}, []

@@ -7,10 +7,11 @@ A router is a function `on_arrival(rid)` that picks one replica and calls its `e
 - `least_outstanding`: the fewest requests held (running + waiting), lowest index on ties
   (what `vllm` and `sarathi` do without a router option);
 - `least_kv`: the lowest share of KV blocks in use, then the fewest requests;
-- `prefix_affinity`: the replica that last served the longest prefix of this prompt (its
-  Mooncake `hash_ids`, one per 512 prompt tokens), as the SGLang router's cache-aware policy
-  and llm-d's prefix scorer do; a prompt with no remembered prefix goes where consistent
-  hashing of its first `affinity_blocks` blocks puts it on a ring of replicas. A replica
+- `prefix_affinity`: the replica that last served the longest prefix of this prompt, of at
+  least `affinity_blocks` blocks (its Mooncake `hash_ids`, one per 512 prompt tokens), as the
+  SGLang router's cache-aware policy and llm-d's prefix scorer do; a prompt with no such
+  prefix goes where consistent hashing of its first `affinity_blocks` blocks puts it on a
+  ring of replicas. A replica
   holding more than `affinity_load_factor` × the mean load (+1) is skipped for the next one
   on the ring (consistent hashing with bounded loads). Multi-turn sessions get session
   affinity from this: a later turn's prompt starts with the earlier turn's, so it matches
@@ -82,7 +83,9 @@ class PrefixAffinity:
             chains.append(c)
         cap = self._cap()
         pick = None
-        for c in reversed(chains):          # the longest prefix some replica served
+        for c in reversed(chains[self.k - 1:]):   # the longest prefix, of >= k blocks,
+            # some replica served (a shorter one, e.g. a system prompt every request
+            # shares, would pin every request to one replica)
             i = self.owner.get(c)
             if i is not None and self.targets[i].load() <= cap:
                 pick = i
