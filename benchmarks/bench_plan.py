@@ -22,6 +22,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out")
     ap.add_argument("--models", default="llama-3.1-8b,qwen3-32b")
+    ap.add_argument("--plan-out", default="/tmp/bench-plan",
+                    help="where each model's plan folder goes (plan.csv, pareto.png, state)")
     args = ap.parse_args()
     import dataclasses
 
@@ -34,7 +36,7 @@ def main() -> int:
     for m in args.models.split(","):
         spec = dataclasses.replace(base, model=m, name=f"large-{m}")
         t = time.perf_counter()
-        res = plan(spec, out=HERE / "results" / f"plan-large-{m}", workers=args.workers,
+        res = plan(spec, out=Path(args.plan_out) / m, workers=args.workers,
                    progress=False)
         wall = time.perf_counter() - t
         total["cand"] += res.meta["num_candidates"]

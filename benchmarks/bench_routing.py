@@ -22,29 +22,34 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--rates", default="1.5,2.5,3.5")
+    ap.add_argument("--rates", default="1,2")
+    ap.add_argument("--arrivals", default="poisson,scale",
+                    help="poisson: Poisson at the rate; scale: the trace's own gaps (session "
+                         "think times kept) scaled to the rate")
     ap.add_argument("--out")
     args = ap.parse_args()
     from simserve.api import simulate
     lines = [(f"date: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load average "
              f"{os.getloadavg()} on {os.cpu_count()} cores (shared with other engineers)"),
              (f"llama-3.1-8b, {args.replicas} x h100-sxm (vllm-routed, tp 1), "
-             f"mooncake-conversation first {args.requests} requests, Poisson arrivals, "
-             f"SLO {SLO}, seed 0")]
+              f"mooncake-conversation first {args.requests} requests, SLO {SLO}, seed 0")]
     rows = {}
-    for rate in [float(x) for x in args.rates.split(",")]:
-        for r in ROUTERS:
-            s = simulate("vllm-routed", model="llama-3.1-8b", gpu="h100-sxm",
-                         num_gpus=args.replicas, trace="mooncake-conversation",
-                         num_requests=args.requests, rate=rate, slo=SLO, router=r).summary
-            rows[(rate, r)] = s
-            lines.append(f"rate {rate:g}  {r:18s} " + "  ".join(
-                f"{k}={s.get(k, float('nan')):.4g}" for k in KEYS))
-            print(lines[-1], flush=True)
-    for rate in sorted({k[0] for k in rows}):
-        a, b = rows[(rate, "least_outstanding")], rows[(rate, "prefix_affinity")]
-        lines.append(f"rate {rate:g}: prefix_affinity vs least_outstanding: hit rate "
-                     f"{a['prefix_cache_hit_rate']:.3f} -> {b['prefix_cache_hit_rate']:.3f}, "
+    for arrival in args.arrivals.split(","):
+        for rate in [float(x) for x in args.rates.split(",")]:
+            for r in ROUTERS:
+                s = simulate("vllm-routed", model="llama-3.1-8b", gpu="h100-sxm",
+                             num_gpus=args.replicas, trace="mooncake-conversation",
+                             num_requests=args.requests, rate=rate, arrival=arrival, slo=SLO,
+                             router=r).summary
+                rows[(arrival, rate, r)] = s
+                lines.append(f"{arrival:7s} rate {rate:g}  {r:18s} " + "  ".join(
+                    f"{k}={s.get(k, float('nan')):.4g}" for k in KEYS))
+                print(lines[-1], flush=True)
+    for arrival, rate in sorted({k[:2] for k in rows}):
+        a = rows[(arrival, rate, "least_outstanding")]
+        b = rows[(arrival, rate, "prefix_affinity")]
+        lines.append(f"{arrival} rate {rate:g}: prefix_affinity vs least_outstanding: hit "
+                     f"rate {a['prefix_cache_hit_rate']:.3f} -> {b['prefix_cache_hit_rate']:.3f}, "
                      f"SLO goodput {a['slo_goodput']:.3f} -> {b['slo_goodput']:.3f} req/s "
                      f"({b['slo_goodput'] / a['slo_goodput'] - 1:+.1%})")
     text = "\n".join(lines)

@@ -17,8 +17,8 @@ from simserve.plan.space import expand, infeasible
 
 SMALL = {
     "name": "small", "model": "llama-3.1-8b",
-    "workload": {"trace": "synthetic-conversation", "num_requests": 150, "rate": 4},
-    "slo": {"ttft_ms": 3000, "tbt_ms": 150, "attainment": 0.9},
+    "workload": {"trace": "synthetic-conversation", "num_requests": 300, "rate": 4},
+    "slo": {"ttft_ms": 3000, "tbt_ms": 100, "attainment": 0.9},
     "hardware": [{"gpu": "h100-sxm", "num_gpus": [1, 2]}, {"gpu": "h20", "num_gpus": [1, 2]}],
     "designs": [{"policy": "vllm", "tp": [1, 2], "max_num_batched_tokens": [512, 2048]},
                 {"policy": "distserve"}],
@@ -116,6 +116,7 @@ def test_bisect_task_finds_a_rate_that_passes_every_seed():
     c = next(x for x in expand(spec) if x.label == "vllm[tp=1,max_num_batched_tokens=2048]@1xh20")
     item = {"experiment": experiment(spec, c, [2.0], [0, 1], 150),
             "target": target_expr(0.9, 150), "start": [1.0, 2.0], "hi": 40.0, "rtol": 0.1}
+    # (a hi far above the request list's span: this checks the bisection, not the cap)
     r = bisect_task(item)
     assert r["rate"] > 0 and not r["censored"]
     assert r["at"]["slo_attainment"] >= 0.9
@@ -181,3 +182,11 @@ def test_winner_yaml_meets_the_slo_with_fresh_seeds(tmp_path):
     assert len(df) == 3 and (df["slo_attainment"] >= 0.9).all()
     assert (tmp_path / "o" / "pareto.png").stat().st_size > 0
     assert res.vllm_flags() is None or res.vllm_flags().startswith("vllm serve")
+
+
+def test_simserve_plan_is_callable_and_pareto_front():
+    import simserve
+    from simserve.plan.report import pareto
+    assert callable(simserve.plan) and simserve.plan.plan is plan
+    pts = [(1.0, 1.0), (2.0, 3.0), (2.0, 2.0), (3.0, 2.5), (4.0, 5.0)]
+    assert pareto(pts) == [0, 1, 4]

@@ -1,8 +1,8 @@
 """The deployment planner: the cheapest deployment (GPU kind and count, host CPU, serving
 design and knobs, router) that serves a rate at an SLO, or the most SLO goodput per dollar.
 
-    from simserve.plan import plan
-    result = plan("my-plan.yaml", out="plan-out")
+    import simserve
+    result = simserve.plan("my-plan.yaml", out="plan-out")   # or simserve.plan.plan(...)
     print(result.table())
 
 Stages: expand the plan's candidates (`space`), prune what cannot run, rank the rest with the
@@ -11,7 +11,9 @@ halving (`search`, on the sweep executors; `state` makes it resumable) and repor
 from __future__ import annotations
 
 import json
+import sys
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,10 +130,17 @@ def plan(config, *, out: str | Path | None = None, executor: str = "local",
     rows += [row(c, cost[c], est[c], None) for c in rest]
     for i, r in enumerate(rows):
         r["rank"] = i + 1
+    acc: dict = {}
+    for c in res:   # how far to trust each simulated row: its engine x GPU's accuracy line
+        key = (c.design, c.gpu, c.opts.get("engine"))
+        acc.setdefault(key, accuracy(c))
+    by_label = {c.label: acc[(c.design, c.gpu, c.opts.get("engine"))] for c in res}
+    for r in rows:
+        if r["config"] in by_label:
+            r["accuracy"] = by_label[r["config"]]
     wrow = None
     if winner is not None:
         wrow = next(r for r in rows if r["config"] == winner.label)
-        wrow["accuracy"] = accuracy(winner)
     meta = {"num_candidates": len(cands), "num_pruned": len(pruned), "num_screened": len(ok),
             "screen_s": screen_s, "num_simulated": len(res),
             "num_simulations": sim.num_simulations, "num_reused": state.num_reused,
@@ -179,3 +188,14 @@ def _write(result: PlanResult, out: Path) -> None:
             (out / "vllm-serve.sh").write_text(flags + "\n")
     if any(r.get("rate") for r in result.rows):
         result.plot(out / "pareto.png")
+
+
+class _CallablePackage(types.ModuleType):
+    """This package, callable: `simserve.plan(...)` is `simserve.plan.plan(...)`."""
+
+    def __call__(self, *args, **kw):
+        return plan(*args, **kw)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
+callable_module = sys.modules[__name__]

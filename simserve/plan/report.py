@@ -71,7 +71,8 @@ def format_table(rows: list[dict], limit: int | None = 20) -> str:
              for row in cells]
     lines.insert(1, "  ".join("-" * x for x in w))
     more = f"\n({len(rows) - len(shown)} more rows in plan.csv)" if len(rows) > len(shown) else ""
-    return "\n".join(lines) + more
+    accs = list(dict.fromkeys(r["accuracy"] for r in shown if r.get("accuracy")))
+    return "\n".join(lines + ([""] + accs if accs else [])) + more
 
 
 def winner_yaml(spec, c: Candidate, rate: float) -> str:
@@ -123,24 +124,29 @@ def pareto(points: list[tuple[float, float]], lower_x: bool = True) -> list[int]
 
 
 def plot(rows: list[dict], path=None, title: str = ""):
-    """Two panels: cost per hour vs goodput (sustained req/s); tok/s/GPU vs tok/s/user."""
+    """Two panels: cost per hour vs goodput (sustained req/s); tok/s/GPU vs tok/s/user.
+    Filled markers were simulated at the last rung, hollow ones stopped at the first."""
     import matplotlib
     if path is not None:
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     sim = [r for r in rows if r.get("rate")]
+    final = [r for r in sim if r.get("status") in ("final", "router")]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    designs = sorted({r["design"] for r in sim})
-    for d in designs:
-        rs = [r for r in sim if r["design"] == d]
-        a.scatter([r["usd_per_hour"] for r in rs], [r["rate"] for r in rs], label=d, s=18)
-        rs = [r for r in rs if r.get("tok_s_per_user")]
-        b.scatter([r["tok_s_per_user"] for r in rs], [r["tok_s_per_gpu"] for r in rs], label=d,
-                  s=18)
-    front = pareto([(r["usd_per_hour"], r["rate"]) for r in sim])
-    pts = sorted((sim[i]["usd_per_hour"], sim[i]["rate"]) for i in front)
+    colors = {d: f"C{i}" for i, d in enumerate(sorted({r["design"] for r in sim}))}
+    for r in sim:   # hollow: stopped at the first rung (fewer requests and seeds)
+        full = r in final
+        kw = dict(s=20, edgecolors=colors[r["design"]],
+                  facecolors=colors[r["design"]] if full else "none")
+        a.scatter(r["usd_per_hour"], r["rate"], **kw)
+        if r.get("tok_s_per_user"):
+            b.scatter(r["tok_s_per_user"], r["tok_s_per_gpu"], **kw)
+    for d, col in colors.items():
+        a.scatter([], [], color=col, label=d, s=20)
+    front = pareto([(r["usd_per_hour"], r["rate"]) for r in final])
+    pts = sorted((final[i]["usd_per_hour"], final[i]["rate"]) for i in front)
     if pts:
-        a.step(*zip(*pts), where="post", color="k", lw=0.8, label="Pareto front")
+        a.step(*zip(*pts), where="post", color="k", lw=0.8, label="Pareto front (full rung)")
     a.set(xlabel="cost, USD per hour", ylabel="sustained rate at the SLO, req/s",
           title="cost vs goodput")
     b.set(xlabel="tokens/s per user (1 / mean TPOT)", ylabel="output tokens/s per GPU",

@@ -71,6 +71,7 @@ class Simulator:
         hi = min(HI_FACTOR * max(guess, 0.05), num_requests / self.horizon_s)
         g = min(max(guess, 0.05), hi)
         return {"experiment": experiment(self.spec, c, [g], seeds, num_requests),
+                "profiles": _profiles(c),   # a refitted profile never reuses a stored row
                 "target": target_expr(self.spec.attainment, num_requests),
                 "start": [min(0.6 * g, 0.5 * hi), min(1.2 * g, hi)], "hi": hi,
                 "rtol": self.spec.search.rtol}
@@ -134,6 +135,11 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
         keep = max(MIN_KEEP, math.ceil(len(ranked) / s.eta))
         alive = ranked[:keep]
     return res
+
+
+def _profiles(c: Candidate) -> str:
+    from simserve.hardware.setup import HardwareConfig, profiles_digest
+    return profiles_digest(HardwareConfig(**c.hardware()))
 
 
 def _rate(r: dict) -> float:
