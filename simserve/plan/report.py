@@ -136,8 +136,8 @@ def plot(rows: list[dict], path=None, title: str = ""):
     colors = {d: f"C{i}" for i, d in enumerate(sorted({r["design"] for r in sim}))}
     for r in sim:   # hollow: stopped at the first rung (fewer requests and seeds)
         full = r in final
-        kw = dict(s=20, edgecolors=colors[r["design"]],
-                  facecolors=colors[r["design"]] if full else "none")
+        kw = {"s": 20, "edgecolors": colors[r["design"]],
+              "facecolors": colors[r["design"]] if full else "none"}
         a.scatter(r["usd_per_hour"], r["rate"], **kw)
         if r.get("tok_s_per_user"):
             b.scatter(r["tok_s_per_user"], r["tok_s_per_gpu"], **kw)

@@ -117,7 +117,7 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
         alive = alive[:s.max_simulated]
     for i, (n, seeds) in enumerate(rungs):
         last = i == len(rungs) - 1
-        guess = {c: (res[c]["rate"] if c in res and res[c].get("rate") else est[c].rate)
+        guess = {c: (_ranking_rate(res[c], est[c].rate) if c in res else est[c].rate)
                  for c in alive}
         if last and spec.objective == "cheapest":
             got = _cheapest_last(spec, alive, guess, cost, sim, n, seeds, workers)
@@ -131,7 +131,8 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
                 if c not in got:
                     res[c] = dict(res.get(c, {}), rung=i - 1, status="dominated")
             break
-        ranked = sorted(alive, key=lambda c: score(spec, _rate(res[c]), cost[c]))
+        ranked = sorted(alive, key=lambda c: score(spec, _ranking_rate(res[c], est[c].rate),
+                                                   cost[c]))
         keep = max(MIN_KEEP, math.ceil(len(ranked) / s.eta))
         alive = ranked[:keep]
     return res
@@ -140,6 +141,13 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
 def _profiles(c: Candidate) -> str:
     from simserve.hardware.setup import HardwareConfig, profiles_digest
     return profiles_digest(HardwareConfig(**c.hardware()))
+
+
+def _ranking_rate(r: dict, estimate: float) -> float:
+    """A rung's rate for ranking: a censored one (the request list was too short to push the
+    candidate past it) is a lower bound, so the screen's estimate may stand above it."""
+    rate = _rate(r)
+    return max(rate, estimate) if r.get("censored") and rate > 0 else (rate or 0.0)
 
 
 def _rate(r: dict) -> float:
