@@ -44,6 +44,13 @@ def main() -> int:
         total["screen"] += res.meta["screen_s"]
         total["wall"] += wall
         lines += ["", f"== {m}", res.summary(), res.table(15)]
+        if res.winner is not None:   # the winner's YAML, three seeds the plan never ran
+            from simserve.api import run_experiment
+            df = run_experiment(Path(args.plan_out) / m / "winner.yaml")
+            att = ", ".join(f"seed {s}: {a:.1%}" for s, a in zip(df["seed"], df["slo_attainment"]))
+            ok = bool((df["slo_attainment"] >= spec.attainment).all())
+            lines.append(f"winner.yaml at {spec.rate:g} req/s with fresh seeds: {att} "
+                         f"-> {'meets' if ok else 'MISSES'} the {spec.attainment:.0%} SLO")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     lines += ["", (f"total: {total['cand']} candidates, screen {total['screen']:.1f} s, "

@@ -122,22 +122,7 @@ def plan(config, *, out: str | Path | None = None, executor: str = "local",
                 winner = _pick(spec, res, cost)
         finally:
             sim.close()
-    from simserve.plan.report import accuracy, row
-    rows = [row(c, cost[c], est[c], res[c]) for c in res]
-    rows.sort(key=lambda r: _rank_key(spec, r))
-    rest = sorted((c for c in ok if c not in res), key=lambda c: search.score(
-        spec, est[c].rate, cost[c]))
-    rows += [row(c, cost[c], est[c], None) for c in rest]
-    for i, r in enumerate(rows):
-        r["rank"] = i + 1
-    acc: dict = {}
-    for c in res:   # how far to trust each simulated row: its engine x GPU's accuracy line
-        key = (c.design, c.gpu, c.opts.get("engine"))
-        acc.setdefault(key, accuracy(c))
-    by_label = {c.label: acc[(c.design, c.gpu, c.opts.get("engine"))] for c in res}
-    for r in rows:
-        if r["config"] in by_label:
-            r["accuracy"] = by_label[r["config"]]
+    rows = _rows(spec, res, ok, est, cost)
     wrow = None
     if winner is not None:
         wrow = next(r for r in rows if r["config"] == winner.label)
@@ -150,6 +135,27 @@ def plan(config, *, out: str | Path | None = None, executor: str = "local",
     if out is not None:
         _write(result, Path(out))
     return result
+
+
+def _rows(spec, res: dict, ok: list, est: dict, cost: dict) -> list[dict]:
+    """Simulated rows ranked by the objective, each with its engine x GPU's accuracy line,
+    then the screened-only rows, best estimate first."""
+    from simserve.plan.report import accuracy, row
+    from simserve.plan.search import score
+    rows = sorted((row(c, cost[c], est[c], res[c]) for c in res),
+                  key=lambda r: _rank_key(spec, r))
+    rest = sorted((c for c in ok if c not in res), key=lambda c: score(spec, est[c].rate,
+                                                                        cost[c]))
+    rows += [row(c, cost[c], est[c], None) for c in rest]
+    acc: dict = {}
+    for c in res:
+        acc.setdefault((c.design, c.gpu, c.opts.get("engine")), accuracy(c))
+    by_label = {c.label: acc[(c.design, c.gpu, c.opts.get("engine"))] for c in res}
+    for i, r in enumerate(rows):
+        r["rank"] = i + 1
+        if r["config"] in by_label:
+            r["accuracy"] = by_label[r["config"]]
+    return rows
 
 
 def _pick(spec, res: dict, cost: dict):

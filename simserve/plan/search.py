@@ -6,7 +6,8 @@ Rungs: the first bisects every frontier candidate with `screen_requests` request
 the plan's, at least 100) and the first seed; the survivors — the best 1/eta by the objective,
 at least three — are bisected again with the plan's requests and every seed. With a rate to
 serve, the last rung runs in order of cost, a batch of `workers` at a time, and stops as soon
-as a candidate sustains the rate: every dearer one is dominated ("dominated" in the table)."""
+as a candidate sustains the rate: every dearer one is dominated ("dominated" in the table;
+one of equal cost still runs, as it may sustain more)."""
 from __future__ import annotations
 
 import math
@@ -164,8 +165,8 @@ def _cheapest_last(spec, alive, guess, cost, sim, n, seeds, workers) -> dict:
         best = [c for c in batch if _rate(got[c]) >= spec.rate]
         if best:
             cap = min(cost[c] for c in best)
-            if all(cost[c] >= cap for c in order[j + len(batch):]):
-                break
+            if all(cost[c] > cap for c in order[j + len(batch):]):
+                break   # every one left costs more: dominated (an equal cost may sustain more)
     return got
 
 

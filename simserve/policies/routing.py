@@ -129,7 +129,7 @@ class RoutedConfig(ChunkedConfig):
     """`vllm`'s / `sarathi`'s parameters plus the router in front of its num_gpus / tp
     replicas (see the module docstring)."""
 
-    router: str = "least_outstanding"
+    router: str = "least_outstanding"  # round_robin, least_outstanding, least_kv, prefix_affinity
     affinity_blocks: int = 2          # prefix_affinity: blocks of the prompt hashed onto the ring
     affinity_load_factor: float = 1.25  # prefix_affinity: skip a replica above this × mean load
 
