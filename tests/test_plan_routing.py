@@ -71,3 +71,22 @@ def test_routed_vllm_with_default_router_matches_vllm():
     b = simulate("vllm-routed", num_gpus=2, num_requests=200, rate=6, seed=3).summary
     for k in ("mean_ttft_ms", "p99_itl_ms", "output_throughput"):
         assert a[k] == b[k]
+
+
+def test_same_instant_burst_is_spread_even_when_loads_lag():
+    class Lagging(FakeReplica):   # counts a request only later (an API-server front end)
+        def load(self):
+            return 0
+
+    class Env:
+        now = 0.0
+
+    env = Env()
+    ts = [Lagging() for _ in range(4)]
+    r = make_router("least_outstanding", ts, env=env)
+    for rid in range(8):
+        r(rid)
+    assert [len(t.got) for t in ts] == [2, 2, 2, 2]
+    env.now = 1.0        # a later instant: the burst no longer counts
+    r(8)
+    assert len(ts[0].got) == 3

@@ -17,6 +17,8 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simserve.plan.prices import PriceTable
+from simserve.plan.space import Candidate
 from simserve.plan.spec import PlanSpec, load_plan, parse_plan
 
 __all__ = ["PlanResult", "PlanSpec", "load_plan", "parse_plan", "plan"]
@@ -27,9 +29,9 @@ class PlanResult:
     spec: PlanSpec
     rows: list[dict]               # simulated rows ranked by the objective, then screened ones
     winner: dict | None
-    winner_candidate: object = None
+    winner_candidate: Candidate | None = None
     meta: dict = field(default_factory=dict)
-    prices: object = None
+    prices: PriceTable | None = None
 
     def table(self, limit: int | None = 20) -> str:
         from simserve.plan.report import format_table
@@ -37,14 +39,15 @@ class PlanResult:
 
     def winner_yaml(self) -> str | None:
         from simserve.plan.report import winner_yaml
-        if self.winner is None:
+        if self.winner is None or self.winner_candidate is None:
             return None
         rate = self.spec.rate if self.spec.rate is not None else self.winner["rate"]
         return winner_yaml(self.spec, self.winner_candidate, rate)
 
     def vllm_flags(self) -> str | None:
         from simserve.plan.report import vllm_flags
-        return None if self.winner is None else vllm_flags(self.spec, self.winner_candidate)
+        c = self.winner_candidate
+        return None if c is None else vllm_flags(self.spec, c)
 
     def plot(self, path=None):
         from simserve.plan.report import plot
@@ -187,8 +190,9 @@ def _write(result: PlanResult, out: Path) -> None:
     (out / "plan.json").write_text(json.dumps(
         {"meta": result.meta, "winner": result.winner, "rows": result.rows}, indent=1,
         default=str))
-    if result.winner is not None:
-        (out / "winner.yaml").write_text(result.winner_yaml())
+    text = result.winner_yaml()
+    if text is not None:
+        (out / "winner.yaml").write_text(text)
         flags = result.vllm_flags()
         if flags:
             (out / "vllm-serve.sh").write_text(flags + "\n")

@@ -38,5 +38,6 @@ def _plan(args) -> int:
         print(f"winner's experiment: {out / 'winner.yaml'} (simserve run {out / 'winner.yaml'})")
         if flags:
             print(flags)
-    print(f"prices: {res.prices.name}; table, Pareto plot and state in {out}", file=sys.stderr)
+    print(f"prices: {res.prices.name if res.prices else '-'}; table, Pareto plot and state in "
+          f"{out}", file=sys.stderr)
     return 0

@@ -194,6 +194,7 @@ class Estimator:
     def _cpu_rate(self, c: Candidate) -> float:
         """Requests/s the CPU tier can decode at the TBT target within the host KV pool."""
         from simserve.cost.cpu import CpuCostModel
+        assert c.cpu is not None   # infeasible() prunes CPU-tier designs without a host CPU
         model = get_model(c.model)
         cm = CpuCostModel(model, load_profile(c.cpu), c.host_cores(), int(c.opts.get("cpu_tp", 1)))
         ctx = self.stats.mean_prompt + self.stats.mean_output / 2

@@ -107,13 +107,40 @@ def _kv_share(t) -> tuple:
     return (pool.num_used / max(pool.num_blocks, 1), t.load())
 
 
+class _Sent:
+    """A replica as a router sees it: its `load()` plus the requests the router sent it at
+    the current instant. A replica with an API-server front end counts a request only once
+    the front end hands it on, so without this every arrival of a same-instant burst (a
+    trace's equal timestamps) would see the same loads and go to the same replica."""
+
+    __slots__ = ("at", "env", "num", "replica")
+
+    def __init__(self, replica, env):
+        self.replica, self.env, self.at, self.num = replica, env, -1.0, 0
+
+    def load(self) -> int:
+        return self.replica.load() + (self.num if self.env.now == self.at else 0)
+
+    def enqueue(self, rid: int) -> None:
+        if self.env.now != self.at:
+            self.at, self.num = self.env.now, 0
+        self.num += 1
+        self.replica.enqueue(rid)
+
+    def kv_pools(self):
+        return self.replica.kv_pools()
+
+
 def make_router(name: str, targets: list, hash_ids=None, affinity_blocks: int = 2,
-                load_factor: float = 1.25):
+                load_factor: float = 1.25, env=None):
     """`on_arrival(rid)` for router `name` over `targets` (replicas: `load()`, `enqueue`,
-    `kv_pools()`); `hash_ids[rid]`: the prompt's block hashes, or None for every request."""
+    `kv_pools()`); `hash_ids[rid]`: the prompt's block hashes, or None for every request;
+    `env`: the simulation's environment, to count same-instant sends (`_Sent`)."""
     check_router(name)
     if len(targets) == 1:
         return targets[0].enqueue
+    if env is not None:
+        targets = [_Sent(t, env) for t in targets]
     if name == "round_robin":
         turn = itertools.cycle(targets)
         return lambda rid: next(turn).enqueue(rid)
@@ -150,7 +177,7 @@ def routed(ctx, cfg: RoutedConfig, build):
     dep = build(ctx, cfg)
     targets = list(dep.engines)
     router = make_router(cfg.router, targets, getattr(ctx.table, "hash_ids", None),
-                         cfg.affinity_blocks, cfg.affinity_load_factor)
+                         cfg.affinity_blocks, cfg.affinity_load_factor, ctx.env)
     dep.on_arrival = router
     return dep
 
