@@ -22,9 +22,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out")
     ap.add_argument("--models", default="llama-3.1-8b,qwen3-32b")
-    ap.add_argument("--plan-out", default="/tmp/bench-plan",
-                    help="where each model's plan folder goes (plan.csv, pareto.png, state)")
+    ap.add_argument("--plan-out",
+                    help="where each model's plan folder goes (plan.csv, pareto.png, state); "
+                         "default a fresh temporary folder, so nothing is resumed")
     args = ap.parse_args()
+    if args.plan_out is None:
+        import tempfile
+        args.plan_out = tempfile.mkdtemp(prefix="bench-plan-")
     import dataclasses
 
     from simserve.plan import load_plan, plan
@@ -53,7 +57,8 @@ def main() -> int:
                          f"-> {'meets' if ok else 'MISSES'} the {spec.attainment:.0%} SLO")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    lines += ["", (f"total: {total['cand']} candidates, screen {total['screen']:.1f} s, "
+    lines += ["", f"plan folders (tables, Pareto plots): {args.plan_out}",
+              (f"total: {total['cand']} candidates, screen {total['screen']:.1f} s, "
               f"{total['sim']} simulated, wall {total['wall']:.0f} s; peak RSS {peak:.0f} MiB "
               f"(this process), {kids:.0f} MiB (largest worker)"),
               f"load average after: {os.getloadavg()}"]
