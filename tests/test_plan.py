@@ -190,3 +190,24 @@ def test_simserve_plan_is_callable_and_pareto_front():
     assert callable(simserve.plan) and simserve.plan.plan is plan
     pts = [(1.0, 1.0), (2.0, 3.0), (2.0, 2.0), (3.0, 2.5), (4.0, 5.0)]
     assert pareto(pts) == [0, 1, 4]
+
+
+def test_percentile_targets_bound_the_capacity(tmp_path):
+    from simserve.plan import load_plan
+    p = write(tmp_path, """\
+        model: llama-3.1-8b
+        workload: {trace: synthetic-conversation, num_requests: 150, rate: 1}
+        slo: {ttft_ms: 3000, tbt_ms: 100, targets: [p99_itl_ms<=banana]}
+        hardware: [{gpu: h100-sxm}]
+        designs: [{policy: vllm}]
+        """)
+    with pytest.raises(ConfigError, match=r"plan.yaml:3: slo.targets: .*not a number"):
+        load_plan(p)
+    one = dict(SMALL, hardware=[{"gpu": "h100-sxm", "num_gpus": [1]}],
+               designs=[{"policy": "vllm", "max_num_batched_tokens": [2048]}],
+               workload={"trace": "synthetic-conversation", "num_requests": 150, "rate": 1})
+    free = plan(parse_plan(one), workers=1)
+    assert free.winner is not None
+    tight = dict(one, slo=dict(one["slo"], targets=["p99_ttft_ms<=1"]))   # 1 ms: impossible
+    res = plan(parse_plan(tight), workers=1)
+    assert res.winner is None and res.rows[0]["status"] == "final" and not res.rows[0]["rate"]

@@ -73,7 +73,8 @@ class Simulator:
         g = min(max(guess, 0.05), hi)
         return {"experiment": experiment(self.spec, c, [g], seeds, num_requests),
                 "profiles": _profiles(c),   # a refitted profile never reuses a stored row
-                "target": target_expr(self.spec.attainment, num_requests),
+                "target": target_expr(self.spec.attainment, num_requests,
+                                      self.spec.targets),
                 "start": [min(0.6 * g, 0.5 * hi), min(1.2 * g, hi)], "hi": hi,
                 "rtol": self.spec.search.rtol}
 

@@ -30,11 +30,13 @@ def experiment(spec, c: Candidate, rates, seeds, num_requests: int | None = None
             "slo": dict(spec.slo)}
 
 
-def target_expr(attainment: float, num_requests: int) -> str:
-    """Capacity target: SLO attainment on every seed, and keeping up where that can be told."""
-    if num_requests < KEEP_UP_MIN_REQUESTS:
-        return f"slo_attainment>={attainment:g}"
-    return f"slo_attainment>={attainment:g} & keep_up_ratio>={KEEP_UP:g}"
+def target_expr(attainment: float, num_requests: int, targets=()) -> str:
+    """Capacity target: SLO attainment on every seed, the plan's percentile targets, and
+    keeping up where that can be told."""
+    parts = [f"slo_attainment>={attainment:g}", *targets]
+    if num_requests >= KEEP_UP_MIN_REQUESTS:
+        parts.append(f"keep_up_ratio>={KEEP_UP:g}")
+    return " & ".join(parts)
 
 
 def bisect_task(item: dict, shared=None) -> dict:

@@ -4,7 +4,7 @@ field (as the experiment YAML's are), with a "did you mean".
     name: chat-8b
     model: llama-3.1-8b
     workload: {trace: synthetic-conversation, num_requests: 400, rate: 12}  # or rate: maximise
-    slo: {ttft_ms: 2000, tbt_ms: 100, attainment: 0.95}
+    slo: {ttft_ms: 2000, tbt_ms: 100, attainment: 0.95, targets: ["p99_itl_ms<=150"]}
     hardware:
       - {gpu: h100-sxm, num_gpus: [1, 2, 4]}
       - {gpu: rtx4090, num_gpus: [1], cpu: xeon-silver-4510, cpu_cores: [12], host_memory_gib: 256}
@@ -30,7 +30,7 @@ from simserve.runner.yamlio import line_of, load_located
 TOP_KEYS = ("name", "model", "workload", "slo", "hardware", "designs", "prices", "objective",
             "search")
 HW_KEYS = ("gpu", "num_gpus", "cpu", "cpu_cores", "host_memory_gib", "nvlink", "pcie")
-SLO_KEYS = ("ttft_ms", "tbt_ms", "tpot_ms", "e2el_ms", "attainment")
+SLO_KEYS = ("ttft_ms", "tbt_ms", "tpot_ms", "e2el_ms", "attainment", "targets")
 SEARCH_KEYS = ("frontier", "seeds", "rtol", "eta", "screen_requests", "routers_for_winner",
                "max_simulated")
 OBJECTIVES = ("cheapest", "goodput_per_dollar")
@@ -75,6 +75,7 @@ class PlanSpec:
     rate: float | None              # requests/s to serve; None = maximise
     slo: dict                       # the experiment's slo keys
     attainment: float
+    targets: tuple[str, ...]        # further percentile targets, e.g. "p99_itl_ms<=150"
     hardware: tuple[HardwareChoice, ...]
     designs: tuple[DesignChoice, ...]
     prices: object = "on-demand-2026"
@@ -143,7 +144,8 @@ def parse_plan(data: dict, src: str = "<dict>") -> PlanSpec:
     if isinstance(att, bool) or not isinstance(att, (int, float)) or not 0 < att <= 1:
         raise ConfigError(f"{_where(src, slo_obj, 'attainment', 'slo.attainment')}: expected a "
                           f"fraction in (0, 1], got {att!r}")
-    slo = {k: v for k, v in slo_obj.items() if k != "attainment"}
+    slo = {k: v for k, v in slo_obj.items() if k not in ("attainment", "targets")}
+    targets = _targets(slo_obj, src)
     objective = data.get("objective", "cheapest" if rate is not None else "goodput_per_dollar")
     if objective not in OBJECTIVES:
         raise ConfigError(f"{_where(src, data, 'objective', 'objective')}: expected one of "
@@ -153,7 +155,7 @@ def parse_plan(data: dict, src: str = "<dict>") -> PlanSpec:
         raise ConfigError(f"{_where(src, data, 'objective', 'objective')}: cheapest needs a "
                           "workload.rate to serve (or objective: goodput_per_dollar)")
     spec = PlanSpec(str(data.get("name", Path(src).stem)), model,
-                    {k: v for k, v in wl.items() if k != "rate"}, rate, slo, float(att),
+                    {k: v for k, v in wl.items() if k != "rate"}, rate, slo, float(att), targets,
                     _hardware(data["hardware"], src), _designs(data["designs"], src),
                     data.get("prices", "on-demand-2026"), objective,
                     _search(data.get("search") or {}, src), src)
@@ -172,6 +174,22 @@ def _rate(wl: dict, src: str) -> float | None:
         raise ConfigError(f"{_where(src, wl, 'rate', 'workload.rate')}: expected a positive "
                           f"request rate or 'maximise', got {r!r}")
     return float(r)
+
+
+def _targets(slo_obj: dict, src: str) -> tuple[str, ...]:
+    """`slo.targets`: percentile bounds that must hold as well as the attainment (capacity
+    target expressions: `p99_ttft_ms<=2000`, `p99_itl_ms<=150`, `mean_tpot_ms<=50`)."""
+    from simserve.capacity import parse_target
+    from simserve.errors import SimserveError
+    raw = slo_obj.get("targets") or []
+    raw = raw if isinstance(raw, list) else [raw]
+    for t in raw:
+        try:
+            parse_target(str(t))
+        except SimserveError as exc:
+            raise ConfigError(f"{_where(src, slo_obj, 'targets', 'slo.targets')}: "
+                              f"{str(exc).replace('--target ', '')}") from None
+    return tuple(str(t) for t in raw)
 
 
 def _hardware(items, src: str) -> tuple[HardwareChoice, ...]:
