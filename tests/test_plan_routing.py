@@ -90,3 +90,25 @@ def test_same_instant_burst_is_spread_even_when_loads_lag():
     env.now = 1.0        # a later instant: the burst no longer counts
     r(8)
     assert len(ts[0].got) == 3
+
+
+def test_least_kv_counts_the_prompts_of_a_same_instant_burst():
+    class Pool:
+        num_used, num_blocks, block_size = 0, 100, 16
+
+    class Lagging(FakeReplica):
+        def load(self):
+            return 0
+
+        def kv_pools(self):
+            return (Pool(),)
+
+    class Env:
+        now = 0.0
+
+    ts = [Lagging() for _ in range(3)]
+    prompt = [800, 16, 16, 16]   # a long prompt first: the next three avoid its replica
+    r = make_router("least_kv", ts, env=Env(), prompt=prompt)
+    for rid in range(4):
+        r(rid)
+    assert ts[0].got == [0] and sorted(ts[1].got + ts[2].got) == [1, 2, 3]

@@ -103,28 +103,44 @@ def _load(t) -> int:
 
 
 def _kv_share(t) -> tuple:
+    """Share of the replica's KV blocks in use, then its load (least_kv's key)."""
+    share = getattr(t, "kv_share", None)
+    if share is not None:
+        return share()
     pool = t.kv_pools()[0]
     return (pool.num_used / max(pool.num_blocks, 1), t.load())
 
 
 class _Sent:
-    """A replica as a router sees it: its `load()` plus the requests the router sent it at
-    the current instant. A replica with an API-server front end counts a request only once
-    the front end hands it on, so without this every arrival of a same-instant burst (a
-    trace's equal timestamps) would see the same loads and go to the same replica."""
+    """A replica as a router sees it: its `load()` (and KV use) plus the requests (and their
+    prompts' blocks) the router sent it at the current instant. A replica with an API-server
+    front end counts a request only once the front end hands it on, so without this every
+    arrival of a same-instant burst (a trace's equal timestamps) would see the same loads and
+    go to the same replica."""
 
-    __slots__ = ("at", "env", "num", "replica")
+    __slots__ = ("at", "env", "num", "prompt", "replica", "tokens")
 
-    def __init__(self, replica, env):
-        self.replica, self.env, self.at, self.num = replica, env, -1.0, 0
+    def __init__(self, replica, env, prompt=None):
+        self.replica, self.env, self.prompt = replica, env, prompt
+        self.at, self.num, self.tokens = -1.0, 0, 0
+
+    def _now(self) -> bool:
+        return self.env.now == self.at
 
     def load(self) -> int:
-        return self.replica.load() + (self.num if self.env.now == self.at else 0)
+        return self.replica.load() + (self.num if self._now() else 0)
+
+    def kv_share(self) -> tuple:
+        pool = self.replica.kv_pools()[0]
+        sent = self.tokens / pool.block_size if self._now() else 0.0
+        return ((pool.num_used + sent) / max(pool.num_blocks, 1), self.load())
 
     def enqueue(self, rid: int) -> None:
-        if self.env.now != self.at:
-            self.at, self.num = self.env.now, 0
+        if not self._now():
+            self.at, self.num, self.tokens = self.env.now, 0, 0
         self.num += 1
+        if self.prompt is not None:
+            self.tokens += int(self.prompt[rid])
         self.replica.enqueue(rid)
 
     def kv_pools(self):
@@ -132,15 +148,16 @@ class _Sent:
 
 
 def make_router(name: str, targets: list, hash_ids=None, affinity_blocks: int = 2,
-                load_factor: float = 1.25, env=None):
+                load_factor: float = 1.25, env=None, prompt=None):
     """`on_arrival(rid)` for router `name` over `targets` (replicas: `load()`, `enqueue`,
     `kv_pools()`); `hash_ids[rid]`: the prompt's block hashes, or None for every request;
-    `env`: the simulation's environment, to count same-instant sends (`_Sent`)."""
+    `env`: the simulation's environment, to count same-instant sends (`_Sent`), and
+    `prompt[rid]` their prompt tokens."""
     check_router(name)
     if len(targets) == 1:
         return targets[0].enqueue
     if env is not None:
-        targets = [_Sent(t, env) for t in targets]
+        targets = [_Sent(t, env, prompt) for t in targets]
     if name == "round_robin":
         turn = itertools.cycle(targets)
         return lambda rid: next(turn).enqueue(rid)
@@ -177,7 +194,8 @@ def routed(ctx, cfg: RoutedConfig, build):
     dep = build(ctx, cfg)
     targets = list(dep.engines)
     router = make_router(cfg.router, targets, getattr(ctx.table, "hash_ids", None),
-                         cfg.affinity_blocks, cfg.affinity_load_factor, ctx.env)
+                         cfg.affinity_blocks, cfg.affinity_load_factor, ctx.env,
+                         ctx.table.prompt)
     dep.on_arrival = router
     return dep
 
