@@ -211,3 +211,10 @@ def test_percentile_targets_bound_the_capacity(tmp_path):
     tight = dict(one, slo=dict(one["slo"], targets=["p99_ttft_ms<=1"]))   # 1 ms: impossible
     res = plan(parse_plan(tight), workers=1)
     assert res.winner is None and res.rows[0]["status"] == "final" and not res.rows[0]["rate"]
+
+
+def test_screen_only_simulates_nothing():
+    res = plan(parse_plan(SMALL), workers=1, simulate=False)
+    assert res.meta["num_simulated"] == 0 and res.winner is None
+    assert all(r["status"] == "screened" for r in res.rows)
+    assert "screen only" in res.summary()

@@ -64,7 +64,12 @@ class PlanResult:
                      f"{m['screen_s']:.1f} s, {m['num_simulated']} simulated "
                      f"({m['num_simulations']} simulations, {m['num_reused']} bisections "
                      f"reused from the state file) in {m['total_s']:.0f} s")
-        if self.winner is None:
+        if not m.get("simulate", True):
+            best = self.rows[0] if self.rows else None
+            lines.append("screen only, nothing simulated" + (
+                f"; best estimate: {best['config']} (${best['usd_per_hour']:.2f}/h, "
+                f"{best['estimate']:.3g} req/s)" if best else ""))
+        elif self.winner is None:
             lines.append("no candidate sustains the SLO" + (
                 f" at {self.spec.rate:g} req/s" if self.spec.rate else ""))
         else:
@@ -76,9 +81,11 @@ class PlanResult:
 
 
 def plan(config, *, out: str | Path | None = None, executor: str = "local",
-         workers: int | None = None, progress: bool = False, log=None) -> PlanResult:
+         workers: int | None = None, progress: bool = False, log=None,
+         simulate: bool = True) -> PlanResult:
     """Run a plan (a YAML path, a mapping, or a `PlanSpec`); with `out`, write plan.csv,
-    plan.json, winner.yaml, pareto.png and the state file that makes a rerun resume."""
+    plan.json, winner.yaml, pareto.png and the state file that makes a rerun resume.
+    `simulate=False` stops after the analytical screen (every row `screened`, no winner)."""
     from simserve.plan.estimate import Estimator, workload_stats
     from simserve.plan.prices import load_prices
     from simserve.plan.space import expand, infeasible
@@ -114,10 +121,13 @@ def plan(config, *, out: str | Path | None = None, executor: str = "local",
     workers = workers or available_cores()
     res: dict = {}
     winner = None
+    horizon = (float(spec.slo["ttft_ms"]) + stats.mean_output * estimator.itl_s * 1e3) / 1e3
     with make_executor(executor, workers) as ex:
-        horizon = (float(spec.slo["ttft_ms"]) + stats.mean_output * estimator.itl_s * 1e3) / 1e3
-        sim = search.Simulator(spec, state, ex, progress, len(front), horizon)
+        sim = search.Simulator(spec, state, ex, progress, len(front) if simulate else 0,
+                               horizon)
         try:
+            if not simulate:
+                front = []
             res = search.run_rungs(spec, front, est, cost, sim, workers)
             winner = _pick(spec, res, cost)
             if winner is not None and spec.search.routers_for_winner and winner.replicas > 1:
@@ -133,6 +143,7 @@ def plan(config, *, out: str | Path | None = None, executor: str = "local",
             "screen_s": screen_s, "num_simulated": len(res),
             "num_simulations": sim.num_simulations, "num_reused": state.num_reused,
             "total_s": time.perf_counter() - t0, "workers": workers, "executor": executor,
+            "simulate": simulate,
             "pruned": {c.label: why for c, why in pruned.items()}, "prices": prices.sources()}
     result = PlanResult(spec, rows, wrow, winner, meta, prices)
     if out is not None:

@@ -21,6 +21,8 @@ def register(sub) -> None:
                    help="where bisections run: local processes (default), Dask or Ray")
     p.add_argument("--workers", type=int, help="parallel bisections (default all cores)")
     p.add_argument("--rows", type=int, default=20, help="table rows to print (default 20)")
+    p.add_argument("--screen-only", action="store_true",
+                   help="rank every candidate with the analytical screen and simulate none")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_plan)
 
@@ -30,7 +32,7 @@ def _plan(args) -> int:
     spec = load_plan(args.file)
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}-plan"
     res = plan(spec, out=out, executor=args.executor, workers=args.workers,
-               progress=not args.quiet)
+               progress=not args.quiet, simulate=not args.screen_only)
     print(res.table(args.rows))
     print(res.summary())
     if res.winner is not None:
