@@ -61,8 +61,9 @@ def grids(block_size: int, max_tokens: int, max_batch: int, max_seq_len: int,
     n_lists = []
     for s in cs:
         top = min(s * max_seq_len, cpu_tokens)
-        n_lists.append([s * block_size] + [2 ** i for i in range((s * block_size).bit_length(),
-                                                                 (top - 1).bit_length())] + [top])
+        lo = min(s * block_size, top)   # (tiny pools only: NEO's list would be unsorted)
+        n_lists.append([lo] + [2 ** i for i in range(lo.bit_length(), (top - 1).bit_length())]
+                       + ([top] if top > lo else []))
     agg = sorted(set(sum(n_lists, [])))
     # (sorted and unique: NEO's lists already are for budgets of 512 tokens or more)
     return {"lin": _sorted(lin), "pref": _sorted(pref), "gdec": _sorted(gdec),
