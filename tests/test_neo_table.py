@@ -120,7 +120,7 @@ def test_the_engine_calls_the_table(monkeypatch):
 
     monkeypatch.setattr(TablePredictor, "cdec", counting)
     w = _pressure()
-    kw = dict(num_gpu_blocks_override=400, num_cpu_blocks_override=8000)
+    kw = {"num_gpu_blocks_override": 400, "num_cpu_blocks_override": 8000}
     t = simulate_point(w, MODEL, HW, "neo", **kw)
     assert calls["n"] > 0
     o = simulate_point(w, MODEL, HW, "neo", predictor="oracle", **kw)
@@ -146,7 +146,7 @@ def test_ungated_cpu_decodes_run_without_gpu_work_and_without_slack():
 
 def test_ungated_runs_more_cpu_tokens_and_leaps_exactly():
     w = _pressure()
-    kw = dict(num_gpu_blocks_override=400, num_cpu_blocks_override=8000, gpu_gating=False)
+    kw = {"num_gpu_blocks_override": 400, "num_cpu_blocks_override": 8000, "gpu_gating": False}
     a = simulate_point(w, MODEL, HW, "neo", **kw)
     b = simulate_point(w, MODEL, HW, "neo", leap=False, **kw)
     assert np.array_equal(a.records.token_times_s, b.records.token_times_s)

@@ -47,7 +47,7 @@ class SwiftLLMHost:
     stage_us: float          # Python launch work of one pipelined stage
 
     @staticmethod
-    def from_profile(gpu_profile, stage_us: float | None = None) -> "SwiftLLMHost":
+    def from_profile(gpu_profile, stage_us: float | None = None) -> SwiftLLMHost:
         """From the GPU profile's measured launch cost; `stage_us` overrides the counted stage
         (e.g. NEO's own T_lnch, 800 µs, as a what-if)."""
         call = float((gpu_profile.overheads or {}).get("launch_us_per_kernel", 0.0))

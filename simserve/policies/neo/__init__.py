@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from simserve.cost import GpuCostModel
 from simserve.cost.cpu import CpuCostModel
+from simserve.cost.swiftllm_host import SwiftLLMHost
 from simserve.errors import ConfigError
+from simserve.kv_budget import GIB
 from simserve.policies import register
 from simserve.policies.base import cost_model, deploy, kv_blocks
 from simserve.policies.neo.config import NeoConfig
 from simserve.policies.neo.engine import NeoEngine
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.table import profile
-from simserve.cost.swiftllm_host import SwiftLLMHost
-from simserve.kv_budget import GIB
 
 
 def _graphs(cfg: NeoConfig) -> bool:

@@ -20,14 +20,14 @@ import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.policies.base import EngineBase
-from simserve.sim.context import SimContext
-from simserve.sim.kv import BlockPool
-from simserve.sim.leap import largest_k, leap_ends
 from simserve.policies.neo.cpu_queue import CpuQueue
 from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 from simserve.sim.clock import at
+from simserve.sim.context import SimContext
+from simserve.sim.kv import BlockPool
+from simserve.sim.leap import largest_k, leap_ends
 
 LEAP_CAP = 8192
 
@@ -223,8 +223,7 @@ class NeoEngine(EngineBase):
             err = abs(pred_us - sim_us) / sim_us
             self.err_sum += err
             self.err_n += 1
-            if err > self.err_max:
-                self.err_max = err
+            self.err_max = max(self.err_max, err)
 
     def _round_events(self, r, start: float, dur: float, head: float, layer: float,
                       cp_tokens: int):

@@ -57,14 +57,14 @@ def grids(block_size: int, max_tokens: int, max_batch: int, max_seq_len: int,
         + [max_tokens]
     pref = _doubling((block_size - 1).bit_length(), (max_tokens - 1).bit_length()) + [max_tokens]
     gdec = _doubling((block_size - 1).bit_length(), (gpu_tokens - 1).bit_length()) + [gpu_tokens]
-    cs = [2 ** i for i in range(0, (max_batch - 1).bit_length())] + [max_batch]
+    cs = [2 ** i for i in range((max_batch - 1).bit_length())] + [max_batch]
     n_lists = []
     for s in cs:
         top = min(s * max_seq_len, cpu_tokens)
         lo = min(s * block_size, top)   # (tiny pools only: NEO's list would be unsorted)
         n_lists.append([lo] + [2 ** i for i in range(lo.bit_length(), (top - 1).bit_length())]
                        + ([top] if top > lo else []))
-    agg = sorted(set(sum(n_lists, [])))
+    agg = sorted({n for nl in n_lists for n in nl})
     # (sorted and unique: NEO's lists already are for budgets of 512 tokens or more)
     return {"lin": _sorted(lin), "pref": _sorted(pref), "gdec": _sorted(gdec),
             "cdec_s": _sorted(cs), "cdec_n": n_lists, "cdec_agg": agg}
@@ -81,7 +81,7 @@ def _lerp(x, x0, x1, y0, y1) -> float:
 class Table1D:
     """One of NEO's 1-D tables with `_interp_1d`'s semantics (see the module docstring)."""
 
-    __slots__ = ("xs", "ys", "beyond")
+    __slots__ = ("beyond", "xs", "ys")
 
     def __init__(self, xs: list[int], ys: list[float]):
         self.xs, self.ys, self.beyond = xs, ys, 0

@@ -1,0 +1,111 @@
+"""NEO as its code built it, on DualPace's Fig. 9a setting (Llama-3.1-8B, one RTX 4090, 12
+cores of a Xeon Silver 4510, the first 2,000 Azure-Conversation requests): NEO/vLLM and
+DualPace/NEO at 1 s/token normalized latency with NEO's own table predictor (the default)
+beside the oracle what-if and the older pricing, and the paper's ratios.
+
+    python benchmarks/neo_predictor.py [--workers 2] [--no-run] [--save FILE]
+
+Variants of NEO (each a `neo` policy option):
+  neo            predictor: table, host: swiftllm   NEO's profiled tables decide; SwiftLLM's
+                                                    host path is paid (the default)
+  neo-oracle     predictor: oracle                  the cost model decides (what-if)
+  neo-lnch800    stage_launch_us: 800               NEO's own T_lnch as each stage's Python
+                                                    launch work (what-if)
+  neo-ungated    gpu_gating: false                  every CPU decode runs every iteration
+  neo-before     predictor: oracle, host: generic   the pricing before NEO's table and host
+                                                    path existed (bit-identical to it)
+
+The sweep lands in results/neo-predictor/ (a `simserve sweep` folder; finished points are
+reused). Besides each sustainable rate the table shows, at the knee of each NEO variant, the
+round predictor's error (|NEO's predicted GPU time − simulated| / simulated, mean and max over
+the decided rounds) and the CPU tier's share of tokens.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dualpace_counters import by_rate, knee_rate
+from dualpace_paper import NL, capacities, ratio_text
+
+YAML = ROOT / "experiments" / "dualpace" / "fig09a-10a-14a-conv-llama8b-rtx4090.yaml"
+OUT = ROOT / "results" / "neo-predictor"
+NEO = {  # label: options
+    "neo": "",
+    "neo-oracle": "predictor: oracle",
+    "neo-lnch800": "stage_launch_us: 800",
+    "neo-ungated": "gpu_gating: false",
+    "neo-before": "predictor: oracle, host: generic",
+}
+# The paper (DualPace Fig. 9a, 1 s/token): DualPace/vLLM 1.906 and DualPace/NEO 1.432 (§6.2),
+# so NEO/vLLM = 1.906 / 1.432
+PAPER = {"dualpace/vllm": 1.906, "dualpace/neo": 1.432, "neo/vllm": 1.906 / 1.432}
+
+
+def run(workers: int) -> None:
+    pols = ["{name: vllm, enable_prefix_caching: false}",
+            "{name: dualpace, cpu_batch_limit: 256}"]
+    for label, opts in NEO.items():
+        pols.append("{name: neo, label: %s%s}" % (label, f", {opts}" if opts else ""))
+    cmd = [sys.executable, "-m", "simserve.cli", "sweep", str(YAML), "--out", str(OUT),
+           "--workers", str(workers), "-q", "--set", f"policies=[{', '.join(pols)}]"]
+    subprocess.run(cmd, check=True, cwd=ROOT, env={**__import__("os").environ,
+                                                   "PYTHONPATH": str(ROOT)})
+
+
+def _knee(records, label, cap) -> str:
+    rates = by_rate(records, label)
+    k = knee_rate(list(rates), cap)
+    if k is None:
+        return "—"
+    c = rates[k]
+    share = c.get("cpu_token_share")
+    return (f"{c.get('predictor_error_mean', 0) * 100:.1f} / "
+            f"{c.get('predictor_error_max', 0) * 100:.1f} % at {k:g} req/s; CPU tokens "
+            + (f"{share * 100:.1f} %" if share is not None else "—"))
+
+
+def report() -> str:
+    from simserve.capacity import load_records
+    caps = capacities(OUT, (NL,))
+    recs = load_records(OUT)
+    v, d = caps.get((NL, "vllm")), caps.get((NL, "dualpace"))
+    lines = ["DualPace Fig. 9a setting (Llama-3.1-8B, RTX 4090, Xeon Silver 4510 × 12, "
+             "2,000 Azure-Conv requests), sustainable rate at normalized latency ≤ 1 s/token",
+             "",
+             f"vLLM {v.text if v else '—'}   DualPace {d.text if d else '—'}   "
+             f"DualPace/vLLM {ratio_text(d, v)} (paper {PAPER['dualpace/vllm']:.3f})", "",
+             "| NEO variant | NEO rate | NEO/vLLM (paper ≈ %.2f) | DualPace/NEO (paper %.3f) "
+             "| round predictor error mean / max at NEO's knee |" % (PAPER["neo/vllm"],
+                                                                  PAPER["dualpace/neo"]),
+             "|---|---|---|---|---|"]
+    for label, opts in NEO.items():
+        n = caps.get((NL, label))
+        lines.append(f"| {label} ({opts or 'defaults: table, swiftllm'}) | "
+                     f"{n.text if n else '—'} | {ratio_text(n, v)} | {ratio_text(d, n)} | "
+                     f"{_knee(recs, label, n)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-run", action="store_true", help="report an existing sweep")
+    ap.add_argument("--save", type=Path, help="also write the report to this file")
+    a = ap.parse_args(argv)
+    if not a.no_run:
+        run(a.workers)
+    text = report()
+    print(text)
+    if a.save:
+        a.save.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
