@@ -4,6 +4,8 @@ DualPace/NEO at 1 s/token normalized latency with NEO's own table predictor (the
 beside the oracle what-if and the older pricing, and the paper's ratios.
 
     python benchmarks/neo_predictor.py [--workers 2] [--no-run] [--save FILE]
+    python benchmarks/neo_predictor.py --host-sensitivity     # NEO's normalized latency near
+                                                              # its knee, per-request Python ×1/4/10
 
 Variants of NEO (each a `neo` policy option):
   neo            predictor: table, host: swiftllm   NEO's profiled tables decide; SwiftLLM's
@@ -12,6 +14,9 @@ Variants of NEO (each a `neo` policy option):
   neo-lnch800    stage_launch_us: 800               NEO's own T_lnch as each stage's Python
                                                     launch work (what-if)
   neo-ungated    gpu_gating: false                  every CPU decode runs every iteration
+  neo-gpu-only   use_cpu: false                     NEO's `always_use_gpu` baseline: the
+                                                    host KV pool holds swapped-out requests,
+                                                    no CPU attention, no Prefill-to-CPU
   neo-before     predictor: oracle, host: generic   the pricing before NEO's table and host
                                                     path existed (bit-identical to it)
 
@@ -40,10 +45,14 @@ NEO = {  # label: options
     "neo-oracle": "predictor: oracle",
     "neo-lnch800": "stage_launch_us: 800",
     "neo-ungated": "gpu_gating: false",
+    "neo-gpu-only": "use_cpu: false",
     "neo-before": "predictor: oracle, host: generic",
 }
 # The paper (DualPace Fig. 9a, 1 s/token): DualPace/vLLM 1.906 and DualPace/NEO 1.432 (§6.2),
 # so NEO/vLLM = 1.906 / 1.432
+# The experiment's grid from 1.5 req/s (every design meets 1 s/token there) to 6 (none does)
+RATES = [1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0, 4.25, 4.5, 4.75, 5.0, 5.5,
+         6.0]
 PAPER = {"dualpace/vllm": 1.906, "dualpace/neo": 1.432, "neo/vllm": 1.906 / 1.432}
 
 
@@ -53,7 +62,8 @@ def run(workers: int) -> None:
     for label, opts in NEO.items():
         pols.append("{name: neo, label: %s%s}" % (label, f", {opts}" if opts else ""))
     cmd = [sys.executable, "-m", "simserve.cli", "sweep", str(YAML), "--out", str(OUT),
-           "--workers", str(workers), "-q", "--set", f"policies=[{', '.join(pols)}]"]
+           "--workers", str(workers), "-q", "--set", f"policies=[{', '.join(pols)}]",
+           "--set", f"workload.rates={RATES}"]
     subprocess.run(cmd, check=True, cwd=ROOT, env={**__import__("os").environ,
                                                    "PYTHONPATH": str(ROOT)})
 
@@ -92,12 +102,49 @@ def report() -> str:
     return "\n".join(lines)
 
 
+def host_sensitivity() -> str:
+    """NEO's mean normalized latency at four rates around its knee with SwiftLLM's assumed
+    per-request Python cost (`cost/swiftllm_host.PER_SEQ_US`) at 1, 4 and 10 times its value,
+    and with NEO's T_lnch as each stage's launch work: how far the unmeasured host path can
+    move NEO's sustainable rate."""
+    import numpy as np
+
+    import simserve.cost.swiftllm_host as host
+    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    from simserve.run import simulate_point
+    from simserve.runner.config import load_experiment
+    from simserve.runner.point import make_workload
+    base = host.PER_SEQ_US
+    exp = load_experiment(YAML)
+    hw = resolve_hardware(exp.hardware)
+    rates = (3.0, 3.5, 4.0, 4.25)
+    lines = ["NEO (table predictor) mean normalized latency, s/token, at " + ", ".join(
+        f"{r:g}" for r in rates) + " req/s"]
+    for k, extra in ((1, {}), (4, {}), (10, {}), (10, {"stage_launch_us": 800.0})):
+        host.PER_SEQ_US = base * k
+        out = []
+        for r in rates:
+            w = make_workload(exp, r, 0)
+            res = simulate_point(w, exp.model, hw, "neo", **extra)
+            rec = res.records
+            out.append(float(np.mean((rec.finish_s - rec.arrival_s) / rec.output_tokens)))
+        label = f"per-request Python {base * k:g} µs" + (", stage launch 800 µs" if extra else "")
+        lines.append(f"  {label}: " + "  ".join(f"{x:.3f}" for x in out))
+    host.PER_SEQ_US = base
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-run", action="store_true", help="report an existing sweep")
     ap.add_argument("--save", type=Path, help="also write the report to this file")
+    ap.add_argument("--host-sensitivity", action="store_true",
+                    help="only the host-path what-if (in process, a minute or two)")
     a = ap.parse_args(argv)
+    if a.host_sensitivity:
+        print(host_sensitivity())
+        return 0
     if not a.no_run:
         run(a.workers)
     text = report()
