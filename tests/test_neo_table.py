@@ -191,3 +191,32 @@ def test_swiftllm_host_adds_to_the_forward():
 def test_bad_options_name_the_field(field, value):
     with pytest.raises(ConfigError, match=field):
         make_config("neo", {field: value})
+
+
+def test_bilinear_fast_path_is_the_two_row_interpolation(tables):
+    _, table = tables
+    rows, cs = table.cdec_rows, table.cdec_s
+    for n in (3, 5, 100, 700, 1000):
+        i = next(k for k, s in enumerate(cs) if s >= n)
+        for ctx in (1, 16, 999, 4096, 50_000, 333_333):
+            a, b = rows[i - 1](ctx), rows[i](ctx)
+            want = a + (b - a) * (n - cs[i - 1]) / (cs[i] - cs[i - 1])
+            assert table.cdec(n, ctx) == want
+
+
+def test_leaps_past_a_stalled_cpu_queue_pay_its_scan_as_stepping_does(monkeypatch):
+    from simserve.policies.neo import engine
+    made = {"n": 0}
+    real = engine._PlusConstant.__init__
+
+    def counting(self, cost, extra_s):
+        made["n"] += 1
+        real(self, cost, extra_s)
+
+    monkeypatch.setattr(engine._PlusConstant, "__init__", counting)
+    w = _pressure()
+    kw = {"num_gpu_blocks_override": 400, "num_cpu_blocks_override": 8000}
+    a = simulate_point(w, MODEL, HW, "neo", **kw)
+    assert made["n"] > 0          # some leaps ran with CPU requests waiting on the host
+    b = simulate_point(w, MODEL, HW, "neo", leap=False, **kw)
+    assert np.array_equal(a.records.token_times_s, b.records.token_times_s)

@@ -46,14 +46,22 @@ def blocks_beyond(rooms: list[int], k: int, bs: int) -> int:
 
 class _PlusConstant:
     """A GPU cost model's decode-only steps plus a constant host term per step (NEO's scan of
-    a stalled CPU queue while GPU decodes are leapt): `leap_ends` prices each step with
-    `decode_only_s`, here + `extra_s`, the same floats as a stepped round's `step_s` + it."""
+    a stalled CPU queue while GPU decodes are leapt): each of the model's step prices, +
+    `extra_s`, the same floats as a stepped round's `step_s` + it."""
 
     def __init__(self, cost, extra_s: float):
         self.cost, self.extra_s = cost, extra_s
+        self.list_steps = cost.list_steps
 
     def decode_only_s(self, num_decodes, ctx_sum, ctx_max=None):
         return self.cost.decode_only_s(num_decodes, ctx_sum, ctx_max) + self.extra_s
+
+    def decode_steps_list(self, num_decodes, ctx_sum0, ctx_max0, k):
+        x = self.extra_s
+        return [d + x for d in self.cost.decode_steps_list(num_decodes, ctx_sum0, ctx_max0, k)]
+
+    def decode_steps_s(self, num_decodes, ctx_sum0, ctx_max0, k):
+        return self.cost.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k) + self.extra_s
 
 
 class NeoEngine(EngineBase):

@@ -126,6 +126,8 @@ class TablePredictor(Predictor):
         self.gdec_t = tables["gdec"]
         self.cdec_s: list[int] = tables["cdec_s"]
         self.cdec_rows: list[Table1D] = tables["cdec_rows"]
+        self.cdec_xs = self.cdec_rows[0].xs               # the grid every row shares
+        self.cdec_ys = [r.ys for r in self.cdec_rows]
         self.grid = tables["grid"]
 
     # -- NEO's four functions (µs per layer) -----------------------------------------------
@@ -139,16 +141,30 @@ class TablePredictor(Predictor):
         return self.gdec_t(ctx) if n else 0.0        # NEO's T_gdec(N): the tokens alone
 
     def cdec(self, n: int, ctx: int) -> float:
-        """`get_cdec_T`: bilinear in the CPU batch size (grid S) and tokens (each row)."""
+        """`get_cdec_T`: bilinear in the CPU batch size (grid S) and tokens (each row). Every
+        row shares the token grid, so the token index is found once for both rows (the same
+        floats as `Table1D` on each row)."""
         if not n:
             return 0.0
-        cs, rows = self.cdec_s, self.cdec_rows
+        cs = self.cdec_s
         i = bisect_left(cs, n)
         if i == len(cs):
             raise ValueError(f"neo predictor: CPU batch {n} exceeds max_batch_size {cs[-1]}")
         if i == 0 or n == cs[i]:
-            return rows[i](ctx)
-        return _lerp(n, cs[i - 1], cs[i], rows[i - 1](ctx), rows[i](ctx))
+            return self.cdec_rows[i](ctx)
+        if ctx == 0:
+            return 0.0
+        xs = self.cdec_xs
+        j = bisect_left(xs, ctx)
+        y0, y1 = self.cdec_ys[i - 1], self.cdec_ys[i]
+        if j == len(xs):              # past the last point (see `Table1D`)
+            self.cdec_rows[i].beyond += 1
+            j -= 1
+        elif j == 0 or ctx == xs[j]:
+            return _lerp(n, cs[i - 1], cs[i], y0[j], y1[j])
+        x0, x1 = xs[j - 1], xs[j]
+        return _lerp(n, cs[i - 1], cs[i], _lerp(ctx, x0, x1, y0[j - 1], y0[j]),
+                     _lerp(ctx, x0, x1, y1[j - 1], y1[j]))
 
     def cdec_each(self, seq_len: np.ndarray) -> np.ndarray:
         row = self.cdec_rows[0]
