@@ -2,7 +2,8 @@
 per request and per pipeline stage, as NEO's code runs it. Not measured on a GPU here: the
 structure is read from the code and the unit cost of a torch call is the profile's measured
 eager launch cost (`overheads.launch_us_per_kernel`); every other constant is named below as
-an assumption with the code it stands for.
+an assumption with the code it stands for. `benchmarks/neo_host_probe.py` is the device plan
+that measures these unit costs on a GPU machine.
 
 SwiftLLM's main loop (`swiftllm/server/engine.py::AsyncEngine._main_event_loop`) is
 synchronous: `Scheduler.get_next_batch` → `BlockManager.prepare` → `do_one_iteration` (inputs,
