@@ -220,3 +220,12 @@ def test_leaps_past_a_stalled_cpu_queue_pay_its_scan_as_stepping_does(monkeypatc
     assert made["n"] > 0          # some leaps ran with CPU requests waiting on the host
     b = simulate_point(w, MODEL, HW, "neo", leap=False, **kw)
     assert np.array_equal(a.records.token_times_s, b.records.token_times_s)
+
+
+def test_stalled_rounds_count_gating_and_vanish_without_it():
+    w = _pressure()
+    kw = {"num_gpu_blocks_override": 400, "num_cpu_blocks_override": 8000}
+    gated = simulate_point(w, MODEL, HW, "neo", **kw).stats["neo"]
+    ungated = simulate_point(w, MODEL, HW, "neo", gpu_gating=False, **kw).stats["neo"]
+    assert gated["num_cpu_stalled_rounds"] > 0
+    assert ungated["num_cpu_stalled_rounds"] == 0

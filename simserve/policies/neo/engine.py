@@ -78,6 +78,7 @@ class NeoEngine(EngineBase):
         self.host = host
         self.err_sum = self.err_max = 0.0   # |NEO's predicted − simulated| / simulated layers
         self.err_n = 0
+        self.num_cpu_stalled = 0            # rounds in which host-resident decodes got no service
         self.block_size = cfg.block_size
         self.pool = self.gpu_pool = BlockPool("neo.gpu_kv", num_gpu_blocks, cfg.block_size)
         self.host_pool = BlockPool("neo.host_kv", num_cpu_blocks, cfg.block_size)
@@ -147,6 +148,8 @@ class NeoEngine(EngineBase):
                     continue
             r = next_round(self)
             d = r.decision
+            if d.mode != "pipe" and r.cpu_queue:
+                self.num_cpu_stalled += 1          # GPU gating held the CPU queue back
             if d.mode == "none":
                 self.num_idle += 1
                 if self.ctx.source.next_index >= self.ctx.source.n:
@@ -395,6 +398,8 @@ class NeoEngine(EngineBase):
         self.clock = ends[-1]
         self.ctx.recorder.num_iterations += k
         self.num_gpu_only += k
+        if self.cfg.use_cpu and self.cpu_q:
+            self.num_cpu_stalled += k
         done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
             self._finish(done)
@@ -414,6 +419,7 @@ class NeoEngine(EngineBase):
                 "num_swap_in": self.num_swap_in, "num_recompute_victims": self.num_recompute,
                 "num_cpu_tokens": self.cpu_tokens, "num_cpu_batches": self.num_cpu_batches,
                 "num_prefill_to_gpu": self.num_p2g, "num_prefill_to_cpu": self.num_p2c,
+                "num_cpu_stalled_rounds": self.num_cpu_stalled,
                 "predictor_rounds": self.err_n,
                 "predictor_error_mean": self.err_sum / self.err_n if self.err_n else 0.0,
                 "predictor_error_max": self.err_max,
