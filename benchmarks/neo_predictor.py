@@ -17,8 +17,9 @@ Variants of NEO (each a `neo` policy option):
   neo-gpu-only   use_cpu: false                     NEO's `always_use_gpu` baseline: the
                                                     host KV pool holds swapped-out requests,
                                                     no CPU attention, no Prefill-to-CPU
-  neo-before     predictor: oracle, host: generic   the pricing before NEO's table and host
-                                                    path existed (bit-identical to it)
+  neo-before     predictor: oracle, host: generic,  the pricing before NEO's table, host
+                 itm_layer: false                   path and staging layer existed
+                                                    (bit-identical to it)
 
 The sweep lands in results/neo-predictor/ (a `simserve sweep` folder; finished points are
 reused). Besides each sustainable rate the table shows, at the knee of each NEO variant, the
@@ -46,7 +47,7 @@ NEO = {  # label: options
     "neo-lnch800": "stage_launch_us: 800",
     "neo-ungated": "gpu_gating: false",
     "neo-gpu-only": "use_cpu: false",
-    "neo-before": "predictor: oracle, host: generic",
+    "neo-before": "predictor: oracle, host: generic, itm_layer: false",
 }
 # The paper (DualPace Fig. 9a, 1 s/token): DualPace/vLLM 1.906 and DualPace/NEO 1.432 (§6.2),
 # so NEO/vLLM = 1.906 / 1.432

@@ -229,3 +229,12 @@ def test_stalled_rounds_count_gating_and_vanish_without_it():
     ungated = simulate_point(w, MODEL, HW, "neo", gpu_gating=False, **kw).stats["neo"]
     assert gated["num_cpu_stalled_rounds"] > 0
     assert ungated["num_cpu_stalled_rounds"] == 0
+
+
+def test_prefill_to_cpu_staging_layer_takes_one_layer_of_the_gpu_pool():
+    w = workload([0.0], [100], [2])
+    a = simulate_point(w, MODEL, HW, "neo").stats["engines"][0]["num_gpu_blocks"]
+    b = simulate_point(w, MODEL, HW, "neo", itm_layer=False).stats["engines"][0]["num_gpu_blocks"]
+    assert a == b * 32 // 33            # Llama-3.1-8B: 32 layers + the staging layer
+    g = simulate_point(w, MODEL, HW, "neo", use_cpu=False).stats["engines"][0]["num_gpu_blocks"]
+    assert g == b                       # the GPU-only baseline stages nothing

@@ -55,6 +55,11 @@ def _pools(ctx, cfg: NeoConfig) -> tuple[int, int, dict]:
                                "lower max_tokens_in_batch or raise the TP degree",
                                activation_reserve_gib=cfg.activation_reserve_gib,
                                cuda_graphs=graphs, graphs_counted=graphs)
+    if cfg.use_cpu and cfg.itm_layer and cfg.num_gpu_blocks_override is None:
+        # the KV cache gets one more layer for Prefill-to-CPU's staging (NEO's evaluation
+        # server: `--extra-layer-for-cprf`, GPU blocks × L // (L + 1))
+        L = m.num_layers
+        gpu_blocks = gpu_blocks * L // (L + 1)
     # host_kv_gib is the host memory for KV across all TP ranks, as DualPace's (one definition
     # for both, issue 13 §3): a block of `block_size` tokens holds every rank's share of them.
     # (Until 2026-12-01 NEO read it per rank: TP t held t times DualPace's tokens.)

@@ -25,6 +25,11 @@ class NeoConfig:
     num_gpu_blocks_override: int | None = None     # GPU KV blocks, replacing the computed pool
     num_cpu_blocks_override: int | None = None     # host KV blocks, replacing host_kv_gib's
     block_size: int = 16                            # NEO's block size (A10 config)
+    # Prefill-to-CPU stages a prompt's KV in an extra GPU KV layer, as NEO's evaluation server
+    # runs it (`--extra-layer-for-cprf`): the computed GPU pool keeps L/(L+1) of its blocks.
+    # False: the staging is not charged to GPU memory. (An override is taken as given; NEO's
+    # GPU-only baseline, `use_cpu: false`, has no staging.)
+    itm_layer: bool = True
     # Swap-in only while the GPU decodes' blocks stay under this share of the GPU pool
     # (`swap_in_thr = round(0.95·num_gpu_blocks)` in NEO's scheduler).
     swap_in_ratio: float = 0.95
@@ -88,6 +93,6 @@ class NeoConfig:
         s = self.stage_launch_us
         if s is not None and (not isinstance(s, (int, float)) or isinstance(s, bool) or s < 0):
             raise ValueError(f"stage_launch_us: expected a non-negative number, got {s!r}")
-        for name in ("use_cpu", "cuda_graphs", "leap", "gpu_gating"):
+        for name in ("use_cpu", "cuda_graphs", "leap", "gpu_gating", "itm_layer"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")

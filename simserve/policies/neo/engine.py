@@ -83,7 +83,7 @@ class NeoEngine(EngineBase):
         self.pool = self.gpu_pool = BlockPool("neo.gpu_kv", num_gpu_blocks, cfg.block_size)
         self.host_pool = BlockPool("neo.host_kv", num_cpu_blocks, cfg.block_size)
         # intermediate GPU blocks of Prefill-to-CPU prompts, held for the prefill's round only
-        # (NEO sizes them like the GPU pool; here they are not charged to GPU memory)
+        # (NEO sizes them like the GPU pool, in an extra KV layer: `itm_layer`)
         self.itm_pool = BlockPool("neo.itm_kv", num_gpu_blocks, cfg.block_size)
         self.host_blocks = np.zeros(ctx.table.n, dtype=np.int64)
         self.kv_token_bytes = ctx.model.kv_bytes_per_token_per_rank(cfg.tp)
