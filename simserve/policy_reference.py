@@ -77,8 +77,11 @@ HOST_PATH = {
                "pay generic overheads: checked on Fig. 12 Qwen3-14B, 4x H200, chunked++-4096, "
                "SLO attainment 0.932 / 0.878 at 5 / 6 req/s with it and 0.919 / 0.865 with "
                "`engine: generic`",
-    "neo": "SwiftLLM (NEO's own engine), not measured: the profile's generic per-step "
-           "overheads, no front end",
+    "neo": "SwiftLLM (NEO's own engine), modelled from its code and not measured "
+           "(`cost/swiftllm_host.py`, `host: swiftllm`): synchronous Python per iteration, "
+           "request and token, each pipelined stage's launches serial with its CPU attention, "
+           "no CUDA graphs, the profile's eager launch cost per torch call; no front end. "
+           "Decisions read NEO's own profiled tables (`predictor: table`)",
     "dualpace": "DualPace's own Python/PyTorch engine behind FastAPI/Uvicorn (§5), not "
                 "measured: generic per-step overheads, no front end",
     "conflux": "vLLM (ConfluxServe §7), but a different engine loop: generic per-step overheads "
