@@ -26,6 +26,7 @@ _LAZY = {
     "Workload": "simserve.workload.spec:Workload",
     "SimserveError": "simserve.errors:SimserveError",
     "ConfigError": "simserve.errors:ConfigError",
+    "plan": "simserve.plan:callable_module",   # simserve.plan(...) runs a plan
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -33,6 +33,10 @@ COMMANDS = {
                 "simserve.runner.regress_cli"),
     "validate": ("real executor vs cost model (iterations, replay)",
                  "simserve.realcheck.cli"),
+    "cache": ("the disk cache of parsed profiles and traces: info, clear",
+              "simserve.cache_cli"),
+    "plan": ("the cheapest deployment (GPUs, design, knobs, router) that meets an SLO",
+             "simserve.plan.cli"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(mod for _, mod in COMMANDS.values()))
 
