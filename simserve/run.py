@@ -125,10 +125,7 @@ def collect_counters(engines, num_output_tokens: int) -> dict:
     engines report `num_cpu_tokens`."""
     out: dict = {}
     for e in engines:
-        fn = getattr(e, "counters", None)   # an engine outside the contract may have none
-        if not callable(fn):
-            continue
-        for k, v in fn().items():
+        for k, v in e.counters().items():
             out[k] = out.get(k, 0) + v
     if "num_cpu_tokens" in out:
         out["cpu_token_share"] = out["num_cpu_tokens"] / num_output_tokens \
@@ -155,7 +152,7 @@ def _tick(env: simpy.Environment, table: RequestTable, bar, scheduled: np.ndarra
     span = float(scheduled[-1] - scheduled[0]) if len(scheduled) else 0.0
     dt = max(span / 2000, 0.05)
     shown = 0
-    while table.num_finished < table.n and env._queue:
+    while table.num_finished < table.n and env.peek() < float("inf"):
         yield env.timeout(dt)
         if table.num_finished != shown:
             bar.update(table.num_finished - shown)
