@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.vllm_engine import SMALL_BATCH, chunked_replicas
+from simserve.policies.vllm_engine import chunked_replicas
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.vllm_scheduler import ChunkedScheduler
 
@@ -21,13 +21,13 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _running_fit(comp, blocks, ntok, run: list, budget: int, bs: int, free: int):
-    """`_schedule_running_small`'s loop: each running request's tokens this step (its need,
-    within what the budget leaves after the earlier ones) and the KV blocks they take. If
+    """`VllmScheduler.schedule_running`'s loop: each running request's tokens this step (its
+    need, within what the budget leaves after the earlier ones) and the KV blocks they take. If
     the blocks fit in `free`, writes the new block counts and returns (tokens per request,
     blocks taken, whether every request got some); else None and nothing is written.
     Memoryviews of the request table's arrays; C arrays when compiled (vllm.pxd)."""
     out_n, nbs = [], []
-    left = budget  # budget less every earlier request's need (the cumsum in the numpy path)
+    left = budget  # budget less every earlier request's need
     total, keep = 0, True
     for i in range(len(run)):
         r = run[i]
@@ -62,33 +62,19 @@ class VllmScheduler(ChunkedScheduler):
     leap_checked = True  # the default `leap_bound` holds for these decisions
 
     def schedule_running(self, s):
+        """Each running request's tokens: `_running_fit` while every one's blocks fit (the
+        common case, a typed loop), else the reference loop `_running_preempting`, which
+        gives the same result when nothing is preempted (tests hold the two together)."""
         if not s.running:
             return _EMPTY, _EMPTY, False
-        t, pool = s.table, s.kv.pool
-        bs = pool.block_size
-        if len(s.running) <= SMALL_BATCH:
-            return self._running_small(s, bs)
-        ids = np.asarray(s.running, dtype=np.int64)
-        need = t.num_tokens[ids] - t.computed[ids]
-        n = np.clip(s.budget - (np.cumsum(need) - need), 0, need)
-        nb = np.where(n > 0, np.maximum(0, -(-(t.computed[ids] + n) // bs) - t.blocks[ids]), 0)
-        total = int(nb.sum())
-        if total <= pool.num_free:  # common case: everyone fits, nobody is preempted
-            keep = n > 0
-            pool.allocate(total)
-            t.blocks[ids] += nb
-            return ids[keep], n[keep], False
-        return self._running_preempting(s)
-
-    def _running_small(self, s, bs: int):
-        """The vectorised common case above on plain ints (a small batch: numpy calls cost
-        more than the arithmetic); the same decisions, the batch as lists."""
-        comp, blocks, ntok, _, _ = s.kv.views
-        plan = _running_fit(comp, blocks, ntok, s.running, s.budget, bs, s.kv.pool.num_free)
+        kv = s.kv
+        comp, blocks, ntok, _, _ = kv.views
+        plan = _running_fit(comp, blocks, ntok, s.running, s.budget, kv.pool.block_size,
+                            kv.pool.num_free)
         if plan is None:
             return self._running_preempting(s)
         out_n, total, keep = plan
-        s.kv.pool.allocate(total)
+        kv.pool.allocate(total)
         if keep:
             return list(s.running), out_n, False
         return ([r for r, k in zip(s.running, out_n) if k > 0], [k for k in out_n if k > 0],
