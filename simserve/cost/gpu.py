@@ -38,8 +38,8 @@ class BatchShape:
     """What a scheduler hands the cost model for one iteration (the per-request fields are
     int arrays or lists of ints: a small batch's lists save numpy conversions). Read-only by
     convention: not frozen, because a frozen dataclass's __init__ sets each field through
-    object.__setattr__, which cost 4.5 times the loop that classifies the batch's requests
-    (callgrind, `vllm-h100` in benchmarks/bench_loop.py)."""
+    object.__setattr__, which costs several times the loop that classifies the batch's
+    requests."""
 
     num_tokens: int = 0
     prefill_chunks: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens per chunk
@@ -57,7 +57,7 @@ class BatchShape:
         return len(self.prefill_chunks)
 
 
-_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY: np.ndarray = np.zeros(0, dtype=np.int64)
 
 
 def prefill_batch(prompt_tokens: int, ctx: int = 0) -> BatchShape:
@@ -84,9 +84,9 @@ def _compiled() -> bool:
 
 
 # Up to this many steps `decode_steps_list` beats `decode_steps_s`'s dozen numpy calls. From
-# source its per-step loop costs ~0.9 µs, so the crossover is ~24 steps; compiled, the loop
-# runs on C doubles (~0.03 µs a step) and the list path is faster at every length measured
-# (1 to 320 steps on this project's machine), so it always takes it.
+# source its per-step Python loop crosses over at about 24 steps; compiled, the loop runs on
+# C doubles and the list path was faster at every length measured (1 to 320 steps), so it
+# always takes it.
 LIST_STEPS = 1 << 30 if _compiled() else 24
 
 
@@ -139,11 +139,12 @@ class GpuCostModel:
         if att and "varlen_decode" in att:
             from simserve.hardware.functions import Affine
             vl = Affine.from_mapping(f"{host.name} varlen_decode", dict(att["varlen_decode"]))
-        if mixed_attention == "varlen" and vl is None:
-            raise ValueError(f"mixed_attention 'varlen': profile {gpu.name} has no varlen_decode "
-                             f"table for {model.name} at TP{tp}")
-        self.varlen = (vl.const_us, vl.coef("per_context_token")) if mixed_attention == "varlen" \
-            else None
+        self.varlen = None
+        if mixed_attention == "varlen":
+            if vl is None:
+                raise ValueError(f"mixed_attention 'varlen': profile {gpu.name} has no "
+                                 f"varlen_decode table for {model.name} at TP{tp}")
+            self.varlen = (vl.const_us, vl.coef("per_context_token"))
         self._ar = self._allreduce_fn(nvlink)
         self._build_tables(table_tokens)
         self._decode_rows: dict = {}  # B -> `_decode_row(B)`

@@ -23,7 +23,7 @@ def new_blocks(room: list[int], k: int, bs: int) -> int:
     """KV blocks that k more tokens take beyond the held ones: Σ max(0, ceil((k - room)/bs)),
     i.e. Σ max(0, ceil((computed + k)/bs) - held)."""
     n = 0
-    for r in room:  # a loop: half the cost of sum() over a generator (0.25 vs 0.48 us, ten)
+    for r in room:  # a plain loop: cheaper than sum() over a generator
         if r < k:
             n -= (r - k) // bs
     return n
@@ -33,8 +33,8 @@ def new_blocks_upto(room: list[int], left: list[int], k: int, bs: int) -> int:
     """`new_blocks` when request i takes only min(k, left[i]) of the k steps."""
     n = 0
     for r, s in zip(room, left):
-        if r < s and r < k:  # r < min(k, s), tested before taking the min (0.6 vs 0.75 us
-            n -= (r - (s if s < k else k)) // bs  # for ten requests)
+        if r < s and r < k:  # r < min(k, s), tested before taking the min (cheaper)
+            n -= (r - (s if s < k else k)) // bs
     return n
 
 

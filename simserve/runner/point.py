@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.csv_chunks import csv_text
@@ -21,6 +22,9 @@ from simserve.models import get_model
 from simserve.run import SimResult, simulate_point
 from simserve.workload.build import build_workload
 from simserve.workload.spec import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

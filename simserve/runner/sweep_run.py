@@ -17,7 +17,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 
 from simserve.errors import ConfigError, SimserveError
 from simserve.runner.config import TOP_KEYS

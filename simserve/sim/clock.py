@@ -25,7 +25,8 @@ def fire_at(env: simpy.Environment, ev: simpy.Event, t: float, priority: int = N
         raise ValueError(f"at: {t!r} is in the past (now {env.now!r})")
     ev._ok = True
     ev._value = None
-    heappush(env._queue, (t, priority, next(env._eid), ev))
+    queue: list = env._queue
+    heappush(queue, (t, priority, next(env._eid), ev))
 
 
 def at(env: simpy.Environment, t: float) -> simpy.Event:

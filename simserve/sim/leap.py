@@ -55,7 +55,8 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
     more with `decode_steps_list`, up to `list_steps` of them, and longer runs in numpy), so
     a leap that an arrival ends early costs little.
     The same floats as `decode_ends` whatever the guess (tests check)."""
-    B, e, ends, j0 = num_decodes, float(clock), [], 0  # a float: numpy scalars add 3x slower
+    ends: list[float] = []
+    B, e, j0 = num_decodes, float(clock), 0  # a float: numpy scalars add 3x slower
     fast = getattr(type(cost), "decode_steps_list", None) is not None
     list_steps = cost.list_steps if fast else 0
     n = kmax
@@ -92,7 +93,7 @@ def _append_ends(ends: list[float], d: list[float], e: float) -> float:
     return e
 
 
-# up to this many steps, a GpuCostModel's scalar `decode_only_s` per step (~4.6 µs on this
-# project's machine) beats `decode_steps_list`'s fixed numpy calls (~6-10 µs for one step):
+# up to this many steps, a GpuCostModel's scalar `decode_only_s` per step beats
+# `decode_steps_list`'s fixed numpy calls:
 # most leaps of an engine under async scheduling that waits to see its head take one step
 SCALAR_STEPS = 2

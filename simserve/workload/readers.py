@@ -14,11 +14,15 @@ import itertools
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simserve.errors import TraceFormatError
 from simserve.workload.spec import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 PLAIN_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
