@@ -49,6 +49,7 @@ class EngineState(Protocol):
     budget: int              # token budget of one step (max_num_batched_tokens)
     max_seqs: int            # most requests running at once (max_num_seqs)
     clock: float             # the engine's time
+    num_preemptions: int     # preemptions so far
     table: object            # the request table (`simserve.sim.requests.RequestTable`)
     kv: object               # KV bookkeeping (`vllm_kv.KvBook`): pool, blocks_needed, ...
     intake: object           # arrivals (`vllm_intake.Intake`): unseen, head_seen
@@ -110,16 +111,23 @@ class ChunkedScheduler:
 
     # -- admission ----------------------------------------------------------------------
     def admit(self, s: EngineState, ids, n):
-        """The batch with waiting requests admitted, in queue order."""
-        kv, waiting, running, unseen = s.kv, s.waiting, s.running, s.intake.unseen
+        """The batch with waiting requests admitted, in queue order. A request that `admits`
+        preempted to make room leaves the batch and gives its tokens back."""
+        kv, waiting, unseen = s.kv, s.waiting, s.intake.unseen
         left = s.budget - (sum(n) if type(n) is list else int(n.sum()))
         new_ids, new_n = [], []
-        while waiting and left > 0 and len(running) < s.max_seqs:
+        while waiting and left > 0 and len(s.running) < s.max_seqs:
             r = waiting[0]
             if unseen(r):
                 break
             k, nb, extra, claim = kv.plan(r, left, self.admission_blocks, s)
-            if not self.admits(s, r, nb + extra):  # touched free blocks leave the free queue
+            pre = s.num_preemptions
+            ok = self.admits(s, r, nb + extra)  # touched free blocks leave the free queue
+            if s.num_preemptions != pre:  # freed blocks may hold r's prefix: plan again
+                ids, n, left = _without_preempted(s, ids, n, left)
+                k, nb, extra, claim = kv.plan(r, left, self.admission_blocks, s)
+                ok = ok and kv.pool.can_allocate(nb + extra)
+            if not ok:
                 break
             kv.admit(r, k, nb, claim)
             s.take(r)
@@ -196,6 +204,14 @@ def leaps(scheduler: ChunkedScheduler, wanted: bool) -> bool:
                       "leap_bound: it runs stepped (define leap_bound to declare how it "
                       "leaps)", stacklevel=2)
     return False
+
+
+def _without_preempted(s: EngineState, ids, n, left: int):
+    """The batch less the requests no longer running, the budget `left` with their tokens."""
+    running = set(s.running)
+    keep = [i for i, r in enumerate(ids) if int(r) in running]
+    back = (sum(n) if type(n) is list else int(n.sum())) - sum(int(n[i]) for i in keep)
+    return [int(ids[i]) for i in keep], [int(n[i]) for i in keep], left + back
 
 
 def appended(ids, n, new_ids: list, new_n: list):

@@ -113,6 +113,8 @@ class RequestTable:
         self.token_on_cpu = None  # per-token residency, allocated by CPU-tier engines
         # prompt block content hashes (Mooncake hash_ids) for prefix caching; None: no reuse
         self.hash_ids = w.hash_ids
+        # the trace's extra per-request columns (`Workload.attrs`: name -> array by request id)
+        self.attrs = w.attrs
         self.hash_block_tokens = w.hash_block_tokens
         # the int arrays are never reallocated: views for per-element access in Python loops
         self._views = (memoryview(self.generated), memoryview(self.num_tokens),
