@@ -6,7 +6,9 @@ stepped (one warning) with the results of stepping."""
 from __future__ import annotations
 
 import heapq
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,3 +158,12 @@ def test_numeric_trace_columns_reach_the_request_table_and_others_are_left_out(t
     assert set(w.attrs) == {"priority", "weight"}
     assert w.attrs["priority"].tolist() == [1, 0] and w.attrs["weight"].tolist() == [0.5, 1.5]
     assert load_trace(path).attrs["priority"].dtype == np.int64  # the parse cache keeps them
+
+
+def test_the_guides_vllm_variant_leaps_and_passes_check_policy():
+    guide = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "add-a-policy.md"
+    code = re.findall(r"```python\n(.*?)```", guide.read_text(), re.S)[1]
+    exec(compile(code, "vllm_spf.py", "exec"), {"__name__": "vllm_spf"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # it declares nothing and needs nothing: no warning
+        assert check("vllm-spf", {"num_gpu_blocks_override": 400}, n=200, compiled=False) == []

@@ -202,7 +202,11 @@ class ChunkedEngine(EngineBase):
         intake = self.intake
         if intake.async_:
             intake.cutoff = intake.step_cutoff(self.clock)
+        pre = self.num_preemptions
         ids, n = self.scheduler.schedule(self)
+        if len(ids) == 0 and self.num_preemptions != pre:
+            # every running request was preempted: the step admits from the queue instead
+            ids, n = self.scheduler.schedule(self)
         if len(ids) == 0 and intake.cutoff < self.clock:
             # nothing else was schedulable, so the engine core blocked on the last step
             # and scheduled this one when it ended
