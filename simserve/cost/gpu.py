@@ -88,6 +88,9 @@ def _compiled() -> bool:
 # C doubles and the list path was faster at every length measured (1 to 320 steps), so it
 # always takes it.
 LIST_STEPS = 1 << 30 if _compiled() else 24
+# up to this many steps, `decode_only_s` per step beats `decode_steps_list`'s fixed numpy
+# calls: most leaps of an engine under async scheduling that waits to see its head take one
+SCALAR_STEPS = 2
 
 
 class GpuCostModel:
@@ -288,6 +291,21 @@ class GpuCostModel:
                 return forward_us if forward_us >= host_us else float(np.maximum(host_us, forward_us))
             return np.maximum(host_us, forward_us)
         return host_us + forward_us
+
+    def decode_steps(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int
+                     ) -> list[float]:
+        """Durations (s) of k consecutive decode steps of B = num_decodes sequences:
+        `decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k, the same floats. The one
+        function callers use; it picks the cheapest form, all the same arithmetic: one step
+        at a time (as stepping prices it) up to `SCALAR_STEPS`, the plain-float loop
+        (`decode_steps_list`) up to `list_steps`, numpy (`decode_steps_s`) above. The
+        per-step `decode_only_s` is the reference the others are tested against."""
+        if k <= SCALAR_STEPS:
+            B = num_decodes
+            return [self.decode_only_s(B, ctx_sum0 + B * j, ctx_max0 + j) for j in range(k)]
+        if k <= self.list_steps:
+            return self.decode_steps_list(num_decodes, ctx_sum0, ctx_max0, k)
+        return self.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k).tolist()
 
     def decode_steps_s(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int):
         """`decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k (k consecutive decode
