@@ -167,3 +167,12 @@ def test_the_guides_vllm_variant_leaps_and_passes_check_policy():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # it declares nothing and needs nothing: no warning
         assert check("vllm-spf", {"num_gpu_blocks_override": 400}, n=200, compiled=False) == []
+
+
+def test_numeric_jsonl_keys_reach_the_workload(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "priority": 2,'
+                    ' "tag": "x"}\n{"timestamp": 5, "input_length": 20, "output_length": 3,'
+                    ' "priority": 0, "tag": "y"}\n')
+    w = load_trace(path)
+    assert set(w.attrs) == {"priority"} and w.attrs["priority"].tolist() == [2, 0]

@@ -265,7 +265,21 @@ def read_mooncake_jsonl(path) -> Workload:
     w = _finish(path, "mooncake-jsonl", arrival, prompt, output, rows, **meta)
     if hash_ids is not None:
         w = dataclasses.replace(w, hash_ids=hash_ids, hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
-    return w
+    attrs = _numeric_keys(objs)
+    return dataclasses.replace(w, attrs=attrs) if attrs else w
+
+
+def _numeric_keys(objs: list[dict]) -> dict:
+    """Keys beyond Mooncake's that every row has as a number (e.g. `priority`): per-request
+    attributes, int64 when all are integers, else float64. Other keys are left out."""
+    out = {}
+    for k in sorted(set(objs[0]) - set(MOONCAKE_KEYS) - {"hash_ids"}):
+        vals = [o.get(k) for o in objs]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            continue
+        ints = all(isinstance(v, int) and -2**63 <= v < 2**63 for v in vals)
+        out[k] = np.array(vals, dtype=np.int64 if ints else np.float64)
+    return out
 
 
 def read_trace(path) -> Workload:
