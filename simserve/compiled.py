@@ -49,7 +49,7 @@ MODULES = (
     "simserve.policies.vllm_leaper", "simserve.policies.vllm_scheduler",
     "simserve.policies.conflux.dispatch", "simserve.policies.conflux.engine",
     "simserve.policies.conflux.leap", "simserve.policies.conflux.plan",
-    "simserve.policies.muxwise.engine", "simserve.policies.muxwise.share_cost",
+    "simserve.policies.muxwise.engine", "simserve.cost.mux_share",
     "simserve.policies.dualpace.assist", "simserve.policies.dualpace.copies",
     "simserve.policies.dualpace.cpu_engine", "simserve.policies.dualpace.gpu_engine",
     "simserve.policies.dualpace.gpu_leap", "simserve.policies.dualpace.gpu_schedule",
