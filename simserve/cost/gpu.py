@@ -307,6 +307,13 @@ class GpuCostModel:
             return self.decode_steps_list(num_decodes, ctx_sum0, ctx_max0, k)
         return self.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k).tolist()
 
+    def decode_steps_array(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int
+                           ) -> np.ndarray:
+        """`decode_steps` as a float64 array (numpy's own result above `list_steps`)."""
+        if k > self.list_steps:
+            return self.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k)
+        return np.array(self.decode_steps(num_decodes, ctx_sum0, ctx_max0, k), dtype=np.float64)
+
     def decode_steps_s(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int):
         """`decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k (k consecutive decode
         steps of B sequences): the same floats, computed with fewer numpy calls."""

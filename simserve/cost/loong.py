@@ -78,4 +78,4 @@ class LoongCostModel(SpCostModel):
         r = busy[0]
         b = int(n_d[r])
         s0, m = int(c0[r]) + b * lo, int(m0[r]) + lo
-        return np.array(self.base.decode_steps(b, s0, m, n), dtype=np.float64)
+        return self.base.decode_steps_array(b, s0, m, n)
