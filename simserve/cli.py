@@ -35,6 +35,8 @@ COMMANDS = {
                  "simserve.realcheck.cli"),
     "check-policy": ("run a policy leap vs step (and compiled vs source) on a small "
                      "workload; check its tokens", "simserve.policy_check"),
+    "cache": ("the disk cache of parsed profiles and traces: info, clear",
+              "simserve.cache_cli"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(mod for _, mod in COMMANDS.values()))
 
