@@ -149,7 +149,8 @@ def _main(a) -> int:
     for p in problems:
         print(p)
     if not problems:
-        print(f"{a.name}: every token once and in order; leaping = stepping")
+        also = "; compiled = source" if not a.no_compiled and _runs_compiled() else ""
+        print(f"{a.name}: every token once and in order; leaping = stepping{also}")
     return 1 if problems else 0
 
 
