@@ -45,10 +45,11 @@ MODULES = (
     # 5-10 % faster (benchmarks/results/loop-compiled-20261202.txt): left out, for build time.
     "simserve.policies.queues", "simserve.policies.sarathi", "simserve.policies.sp_leap",
     "simserve.policies.sp_ranks", "simserve.policies.vllm", "simserve.policies.vllm_engine",
-    "simserve.policies.vllm_leap",
+    "simserve.policies.vllm_intake", "simserve.policies.vllm_kv", "simserve.policies.vllm_leap",
+    "simserve.policies.vllm_leaper", "simserve.policies.vllm_scheduler",
     "simserve.policies.conflux.dispatch", "simserve.policies.conflux.engine",
     "simserve.policies.conflux.leap", "simserve.policies.conflux.plan",
-    "simserve.policies.muxwise.engine", "simserve.policies.muxwise.share_cost",
+    "simserve.policies.muxwise.engine", "simserve.cost.mux_share",
     "simserve.policies.dualpace.assist", "simserve.policies.dualpace.copies",
     "simserve.policies.dualpace.cpu_engine", "simserve.policies.dualpace.gpu_engine",
     "simserve.policies.dualpace.gpu_leap", "simserve.policies.dualpace.gpu_schedule",

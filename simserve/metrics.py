@@ -8,10 +8,14 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simserve.sim.records import RequestRecords
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PERCENTILES = (50, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")

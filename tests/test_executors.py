@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import simserve
-from simserve.cli import main
 from tests.sweep_helpers import pinned_date  # noqa: F401 (autouse fixture)
 from tests.sweep_helpers import sweep as _sweep, tree as _tree
 from simserve.errors import SimserveError

@@ -223,7 +223,7 @@ def test_engine_frees_tail_first_so_an_eviction_keeps_the_shared_head():
                 min_size=1, max_size=12), st.data())
 def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entries, data):
     # A leap of a vLLM engine may allocate free_ahead(...) blocks while the waiting head's
-    # cached hits survive (vllm_engine._leap_state): allocating that many must evict none of
+    # cached hits survive (ChunkedScheduler.leap_bound): allocating that many must evict none of
     # them, and one more block must evict one (when any is in the free queue).
     import copy
     p = PrefixCachingBlockPool("t", 64)
@@ -259,7 +259,7 @@ def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entri
 def test_kv_bound_waiting_head_leaps_exactly_on_a_tight_pool():
     # DualPace Fig. 9a's vLLM baseline (RTX 4090: 24 GB, preemptions): the waiting head is
     # blocked by its new blocks plus its cached (preempted, private) hits in the free queue,
-    # while decodes evict those hits; the engine leaps through it (vllm_engine._leap_state)
+    # while decodes evict those hits; the engine leaps through it (ChunkedScheduler.leap_bound)
     # and must equal stepping.
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
     from simserve.workload.build import build_workload

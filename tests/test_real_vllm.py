@@ -3,7 +3,6 @@ a change to the cost model, the host path or a profile that moves simserve away 
 engine fails here. Thresholds sit just above today's errors (validation/vllm-h200/README.md)."""
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simserve.errors import SimserveError
 from simserve.runner.csv_chunks import csv_text
@@ -24,6 +25,9 @@ from simserve.models import get_model
 from simserve.run import SimResult, simulate_point
 from simserve.workload.build import build_workload
 from simserve.workload.spec import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

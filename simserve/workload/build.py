@@ -57,6 +57,7 @@ def _encode(w: Workload) -> dict:
     d = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
     for k in _ARRAYS:
         d[k] = (d[k].dtype.str, d[k].tobytes())
+    d["attrs"] = {k: (v.dtype.str, v.tobytes()) for k, v in w.attrs.items()}
     return d
 
 
@@ -64,6 +65,7 @@ def _decode(d: dict) -> Workload:
     for k in _ARRAYS:
         dtype, data = d[k]
         d[k] = np.frombuffer(data, dtype=dtype)
+    d["attrs"] = {k: np.frombuffer(data, dtype=dtype) for k, (dtype, data) in d["attrs"].items()}
     return Workload(**d)
 
 

@@ -32,6 +32,7 @@ def first_n(w: Workload, n: int, start: int = 0) -> Workload:
                                prompt_tokens=w.prompt_tokens[sl].copy(),
                                output_tokens=w.output_tokens[sl].copy(),
                                hash_ids=None if w.hash_ids is None else w.hash_ids[sl],
+                               attrs={k: v[sl].copy() for k, v in w.attrs.items()},
                                meta={**w.meta, "start": int(start)})
 
 
@@ -52,6 +53,7 @@ def tile(w: Workload, k: int) -> Workload:
     arr = (a[None, :] + period * np.arange(k, dtype=np.float64)[:, None]).ravel()
     return dataclasses.replace(w, arrival_s=arr, prompt_tokens=np.tile(w.prompt_tokens, k),
                                output_tokens=np.tile(w.output_tokens, k),
+                               attrs={name: np.tile(v, k) for name, v in w.attrs.items()},
                                meta={**w.meta, "tile": int(k), "tile_period_s": period})
 
 
@@ -136,7 +138,8 @@ def drop_overlong(w: Workload, max_context: int) -> Workload:
     return dataclasses.replace(
         w, arrival_s=w.arrival_s[idx], prompt_tokens=w.prompt_tokens[idx],
         output_tokens=w.output_tokens[idx], num_dropped=dropped, meta=meta,
-        hash_ids=None if w.hash_ids is None else tuple(w.hash_ids[i] for i in idx))
+        hash_ids=None if w.hash_ids is None else tuple(w.hash_ids[i] for i in idx),
+        attrs={k: v[idx] for k, v in w.attrs.items()})
 
 
 def cap_context(w: Workload, max_context: int) -> Workload:
