@@ -214,7 +214,7 @@ def _recording(out: list, reached: dict, eligible: dict | None):
         EngineHost.make_frontend = make_fe
 
 
-def sim_steps(run, meta: dict, eligible: np.ndarray | None):
+def sim_steps(run, meta: dict, eligible: np.ndarray | None, queued: np.ndarray | None = None):
     """simserve's steps for `run` (request indices as in the plan), each request's arrival
     at the engine's queue, and the engine's cost model. `eligible` (per plan request, the
     real step it could first join) locks the replay to the real steps; None replays the
@@ -224,12 +224,14 @@ def sim_steps(run, meta: dict, eligible: np.ndarray | None):
     from simserve.workload.spec import Workload
     closed = eligible is None and run.max_concurrency
     if eligible is not None:   # FCFS in vLLM's queue order; times play no part
-        t = np.argsort(np.argsort(eligible, kind="stable"), kind="stable") * 1e-9
+        t = np.zeros(len(queued))
+        order = np.argsort(queued, kind="stable")
     elif closed:
         t = np.array([r["t"] for r in run.plan["requests"]], dtype=np.float64)
     else:
         t = run.send
-    order = np.argsort(t, kind="stable")
+    if eligible is None:
+        order = np.argsort(t, kind="stable")
     reqs = run.plan["requests"]
     hashes = [reqs[i].get("h") for i in order] if any("h" in r for r in reqs) else None
     w = Workload(arrival_s=t[order], prompt_tokens=run.prompt[order].astype(np.int64),
@@ -340,10 +342,10 @@ def diff_run(run_dir: str, arrivals: str = "engine") -> dict:
     real, queued = real_steps(run, server_dir, meta["async_scheduling"])
     # the first real step each request could join: vLLM queues a request just before the
     # engine core's next schedule() (its input queue is drained between steps)
-    eligible = np.searchsorted(np.array([s.t0 for s in real]), queued)
-    sim, _, cost = sim_steps(run, meta, eligible if arrivals == "engine" else None)
     n = len(run.send)
     fr, tr, lr = first_steps(real, n)
+    eligible = np.minimum(np.searchsorted(np.array([s.t0 for s in real]), queued), fr)
+    sim, _, cost = sim_steps(run, meta, eligible if arrivals == "engine" else None, queued)
     fs, ts, ls = first_steps(sim, n)
     kinds = lambda ss: {k: sum(s.kind == k for s in ss) for k in KINDS}  # noqa: E731
     d = {"server": run.server, "plan": run.name, "arrivals": arrivals, "requests": n,
