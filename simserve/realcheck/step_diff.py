@@ -55,12 +55,16 @@ KINDS = ("mixed", "decode", "prefill")
 @dataclass
 class Step:
     """One scheduled engine step: {plan request index: (tokens, computed before)}."""
-    t0: float                     # when it was scheduled (s after the run's origin)
+    t0: float                     # when it started to run (s after the run's origin)
     reqs: dict
     prompt: dict                  # plan index -> prompt tokens
     gpu_ms: float | None = None
     period_ms: float | None = None
     update_t0: float | None = None   # when the engine core got its output back
+    sched_t0: float | None = None    # when schedule() was called for it
+    sched_ms: float | None = None    # host time of schedule(), execute_model (prepare and
+    launch_ms: float | None = None   # launch) and update_from_output, where logged
+    update_ms: float | None = None
     shape: object = field(default=None, repr=False)
 
     def kind_of(self, i: int) -> str:
@@ -81,12 +85,16 @@ def _probe(server_dir: str):
     """(batches by number, {vLLM request id: (probe number, its vLLM stats)}) of one server."""
     if server_dir in _PROBE:
         return _PROBE[server_dir]
-    rows = lambda kind: [json.loads(x) for f in sorted(glob.glob(  # noqa: E731
+    rows = lambda kind: [json.loads(x) for f in sorted(glob.glob(
         os.path.join(server_dir, "probe", f"{kind}-*.jsonl.xz"))) for x in lzma.open(f, "rt")]
     batches = sorted(rows("batches"), key=lambda r: r["batch"])
-    for c in rows("calls"):        # when the host got each step's output back
-        if c["call"] == "update_from_output" and 0 <= c["batch"] < len(batches):
-            batches[c["batch"]]["update_t0"] = c["t0"]
+    for c in rows("calls"):        # the host calls of each step (async-on servers)
+        if 0 <= c["batch"] < len(batches):
+            if c["call"] == "update_from_output":
+                batches[c["batch"]]["update_t0"] = c["t0"]
+                batches[c["batch"]]["update_ms"] = (c["t1"] - c["t0"]) * 1e3
+            elif c["call"] == "execute_model":
+                batches[c["batch"]]["launch_ms"] = (c["t1"] - c["t0"]) * 1e3
     if not batches or [r["batch"] for r in batches] != list(range(len(batches))):
         raise ValueError(f"{server_dir}/probe: batches missing or not numbered 0..n-1")
     first: list[tuple[int, int]] = []           # probe number -> (batch, prompt length)
@@ -133,6 +141,8 @@ def real_steps(run, server_dir: str, async_scheduling: bool):
         steps.append(Step(b["t0"] - run.origin, reqs, prompt, b.get("gpu_ms")))
         u = b.get("update_t0")
         steps[-1].update_t0 = None if u is None else u - run.origin
+        steps[-1].launch_ms, steps[-1].update_ms = b.get("launch_ms"), b.get("update_ms")
+        steps[-1].sched_ms = (b["t1"] - b["t0"]) * 1e3
     # the step period: without async scheduling, schedule() to the next schedule(); with it,
     # the engine core launches step m and then waits for m-1, so m ran from when m-1's
     # output came back (or m was scheduled, if later) to when its own came back
@@ -153,6 +163,12 @@ def real_steps(run, server_dir: str, async_scheduling: bool):
             p = (steps[m + 1].t0 - steps[m].t0) * 1e3
             if g is not None and p <= 3 * g + 20:   # else the engine idled in between
                 steps[m].period_ms = p
+    # when each step started to run: with async scheduling, step m is scheduled while m-1
+    # runs, so it starts when m-1's output is back (if it was scheduled before that)
+    for m, st in enumerate(steps):
+        st.sched_t0 = st.t0
+        if async_scheduling and m and steps[m - 1].update_t0 is not None:
+            st.t0 = max(st.t0, steps[m - 1].update_t0)
     return steps, queued
 
 
@@ -269,7 +285,7 @@ def first_divergence(real: list[Step], sim: list[Step]) -> dict | None:
     for m, (a, b) in enumerate(zip(real, sim)):
         if a.reqs == b.reqs:
             continue
-        fmt = lambda s, i: f"{i}:{s.reqs[i][0]}{s.kind_of(i)}"  # noqa: E731
+        fmt = lambda s, i: f"{i}:{s.reqs[i][0]}{s.kind_of(i)}"
         return {"step": m, "real_t_ms": a.t0 * 1e3, "sim_t_ms": b.t0 * 1e3,
                 "real_only": [fmt(a, i) for i in sorted(a.reqs.keys() - b.reqs.keys())],
                 "sim_only": [fmt(b, i) for i in sorted(b.reqs.keys() - a.reqs.keys())],
@@ -300,7 +316,7 @@ def _errs(pred: np.ndarray, real: np.ndarray) -> dict:
     e = (pred - real) / real * 100
     if len(e) == 0:
         return {"n": 0}
-    return {"n": int(len(e)), "mean_abs_pct": float(np.mean(np.abs(e))),
+    return {"n": len(e), "mean_abs_pct": float(np.mean(np.abs(e))),
             "p99_abs_pct": float(np.percentile(np.abs(e), 99)), "bias_pct": float(np.mean(e)),
             "real_mean_ms": float(np.mean(real)), "pred_mean_ms": float(np.mean(pred))}
 
@@ -344,10 +360,10 @@ def diff_run(run_dir: str, arrivals: str = "engine") -> dict:
     # engine core's next schedule() (its input queue is drained between steps)
     n = len(run.send)
     fr, tr, lr = first_steps(real, n)
-    eligible = np.minimum(np.searchsorted(np.array([s.t0 for s in real]), queued), fr)
+    eligible = np.minimum(np.searchsorted(np.array([s.sched_t0 for s in real]), queued), fr)
     sim, _, cost = sim_steps(run, meta, eligible if arrivals == "engine" else None, queued)
     fs, ts, ls = first_steps(sim, n)
-    kinds = lambda ss: {k: sum(s.kind == k for s in ss) for k in KINDS}  # noqa: E731
+    kinds = lambda ss: {k: sum(s.kind == k for s in ss) for k in KINDS}
     d = {"server": run.server, "plan": run.name, "arrivals": arrivals, "requests": n,
          "steps": {"real": len(real), "sim": len(sim)},
          "kinds": {"real": kinds(real), "sim": kinds(sim)},
@@ -403,7 +419,7 @@ def summary_table(rows: list[dict]) -> str:
     for d in rows:
         fd = d["first_divergence"]
         st = d["step_time"]
-        cell = lambda e, p99=True: (f"{e['mean_abs_pct']:5.1f} " + (f"{e['p99_abs_pct']:5.1f} " if p99 else "")  # noqa: E731
+        cell = lambda e, p99=True: (f"{e['mean_abs_pct']:5.1f} " + (f"{e['p99_abs_pct']:5.1f} " if p99 else "")
                                     + f"{e['bias_pct']:+6.1f}") if e["n"] else "-"
         out.append(f"{d['server'] + '/' + d['plan']:46s} {d['steps']['real']:5d}/{d['steps']['sim']:<5d} "
                    f"{'-' if fd is None else fd['step']:>7} "
