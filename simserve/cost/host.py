@@ -12,6 +12,7 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
         frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
+        host_calls: {piecewise: {schedule_us, launch_us_per_layer, update_us}, eager: {...}}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
@@ -46,6 +47,10 @@ class EngineHost:
     frontend: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
     capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
+    # the async engine-core loop's host calls by how a step runs ("piecewise": a mixed batch
+    # within the capture sizes, "eager": beyond them): {mode: {schedule_us, launch_us_per_layer,
+    # update_us}}; a host-bound loop cannot step faster than their sum
+    host_calls: dict | None = None
 
     @property
     def ideal(self) -> bool:
@@ -154,4 +159,5 @@ def engine_host(profile, engine: str | None, version: str | None = None) -> Engi
                       step_per_token_us=float(m.get("step_per_token_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
                       frontend=m.get("frontend"), attention=m.get("attention"),
-                      capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())))
+                      capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())),
+                      host_calls=m.get("host_calls"))
