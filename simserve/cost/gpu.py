@@ -255,7 +255,9 @@ class GpuCostModel:
         schedule it, prepare and launch it (piecewise CUDA graphs within the capture sizes,
         eager beyond: per layer), process the previous step's output. Decode-only steps
         replay one full graph and stay within the fitted per-step host work."""
-        c = self.loop_calls["piecewise" if num_tokens <= self.loop_graph_max else "eager"]
+        c = self.loop_calls.get("piecewise" if num_tokens <= self.loop_graph_max else "eager")
+        if c is None:
+            return 0.0
         return (float(c["schedule_us"]) + float(c["update_us"])
                 + float(c["launch_us_per_layer"]) * self.num_layers)
 
