@@ -33,6 +33,8 @@ COMMANDS = {
                 "simserve.runner.regress_cli"),
     "validate": ("real executor vs cost model (iterations, replay)",
                  "simserve.realcheck.cli"),
+    "cache": ("the disk cache of parsed profiles and traces: info, clear",
+              "simserve.cache_cli"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(mod for _, mod in COMMANDS.values()))
 

@@ -5,16 +5,25 @@ Parsing is most of what a short `simserve run` does before its first event: PyYA
 needs pandas (~0.4 s to import) to parse timestamps. The parsed value is stored with `marshal`
 (plain ints, floats, strings, bytes, lists, tuples, dicts; it cannot run code when read back,
 unlike pickle) under `$XDG_CACHE_HOME/simserve/parsed/` (default `~/.cache`), named by the
-sha256 of the file's resolved path and bytes, the parser's and encoder's bytecode, the cache
-format and the Python version (marshal's format follows it). An edited file, or an edited
-parse function, therefore misses; an unreadable, truncated or foreign cache
-entry is ignored and rewritten; a value marshal cannot store (e.g. a YAML date) is not cached;
-a cache folder that cannot be written costs nothing but the parse. `SIMSERVE_PARSE_CACHE=0`
-turns the cache off. Entries are written to a temporary file and renamed, so concurrent
-processes never read half an entry.
+sha256 of the file's resolved path and bytes, the parser's and encoder's bytecode, the whole
+source of the modules that define them and of every simserve module those import (directly or
+through others, `source_closure`), the cache format and the Python version (marshal's format
+follows it). An edited file, or an edit anywhere in the reader's code (a helper included),
+therefore misses; an unreadable, truncated or foreign cache entry is ignored and rewritten; a
+value marshal cannot store (e.g. a YAML date) is not cached; a cache folder that cannot be
+written costs nothing but the parse. `SIMSERVE_PARSE_CACHE=0` turns the cache off. Entries are
+written to a temporary file and renamed, so concurrent processes never read half an entry.
+
+The folder is kept under a size cap, `SIMSERVE_PARSE_CACHE_MAX_MB` (MiB; default 1024; a
+parsed trace holds three arrays, about 24 bytes a request; a parsed hardware profile tens of KB):
+after each new entry the least recently used entries (by last use: a hit refreshes it) are
+removed until the folder fits.
+`simserve cache info` shows the folder and its size, `simserve cache clear` empties it.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import marshal
 import os
@@ -25,7 +34,9 @@ from typing import Any, Callable
 
 from simserve import paths
 
-FORMAT = 1  # bump when an encoder's layout changes
+FORMAT = 2  # bump when an encoder's layout or the key changes
+DEFAULT_MAX_MB = 1024
+ENTRY_SUFFIX = ".marshal"
 
 
 def cache_folder() -> Path:
@@ -45,13 +56,141 @@ def _code_id(fn: Callable) -> bytes:
         return repr(fn).encode()
 
 
+def _module_file(name: str) -> Path | None:
+    """The source file of module `name` (None when it has none: a builtin, a namespace)."""
+    mod = sys.modules.get(name)
+    if name == "simserve" or name.startswith("simserve."):  # the .py, even when compiled
+        rel = Path(*name.split(".")[1:]) if name != "simserve" else None
+        for cand in ((paths.PACKAGE_DIR / "__init__.py",) if rel is None else
+                     (paths.PACKAGE_DIR / rel.with_suffix(".py"),
+                      paths.PACKAGE_DIR / rel / "__init__.py")):
+            if cand.is_file():
+                return cand
+    f = getattr(mod, "__file__", None)
+    return Path(f) if f else None
+
+
+def _imports(name: str, source: bytes, is_package: bool) -> set[str]:
+    """The simserve modules a module's source imports (anywhere in it, relative ones too)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    found = set()
+    pkg = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return {m for m in found if m == "simserve" or m.startswith("simserve.")}
+
+
+@functools.lru_cache(maxsize=64)
+def source_closure(name: str) -> str:
+    """sha256 over the source of module `name` and of every simserve module it imports,
+    directly or through others (names that are not modules, e.g. imported functions, drop
+    out: they have no file)."""
+    seen: dict[str, bytes] = {}
+    todo = [name]
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        f = _module_file(mod)
+        try:
+            src = f.read_bytes() if f is not None else b""
+        except OSError:
+            src = b""
+        seen[mod] = src
+        if f is not None and f.suffix == ".py":
+            todo.extend(_imports(mod, src, f.name == "__init__.py") - set(seen))
+    h = hashlib.sha256()
+    for mod in sorted(seen):
+        if seen[mod] or mod == name:
+            h.update(mod.encode() + b"\0" + seen[mod] + b"\0")
+    return h.hexdigest()
+
+
 def _key(kind: str, path: Path, data: bytes, *fns: Callable) -> str:
     h = hashlib.sha256()
     h.update(f"{kind}\0{FORMAT}\0{sys.version_info[:2]}\0{path}\0".encode())
     for fn in fns:
         h.update(_code_id(fn))
+        mod = getattr(fn, "__module__", None)
+        if mod:
+            h.update(source_closure(mod).encode())
     h.update(data)
     return h.hexdigest()[:32]
+
+
+def max_bytes() -> int:
+    """The folder's size cap: `SIMSERVE_PARSE_CACHE_MAX_MB` (MB), else DEFAULT_MAX_MB."""
+    raw = os.environ.get("SIMSERVE_PARSE_CACHE_MAX_MB", "")
+    try:
+        mb = float(raw) if raw else DEFAULT_MAX_MB
+    except ValueError:
+        mb = DEFAULT_MAX_MB
+    return max(0, int(mb * 1024 * 1024))
+
+
+def entries(folder: Path | None = None) -> list[tuple[Path, int, float]]:
+    """(path, size, last use) of each cache entry, least recently used first."""
+    folder = cache_folder() if folder is None else folder
+    out = []
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                if e.name.endswith(ENTRY_SUFFIX) and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    out.append((Path(e.path), st.st_size, max(st.st_atime, st.st_mtime)))
+    except OSError:
+        return []
+    return sorted(out, key=lambda t: t[2])
+
+
+def prune(cap: int | None = None, folder: Path | None = None) -> list[Path]:
+    """Remove least recently used entries until the folder holds at most `cap` bytes."""
+    cap = max_bytes() if cap is None else cap
+    found = entries(folder)
+    total = sum(size for _, size, _ in found)
+    gone = []
+    for path, size, _ in found:
+        if total <= cap:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        gone.append(path)
+    return gone
+
+
+def clear(folder: Path | None = None) -> tuple[int, int]:
+    """Remove every entry (and leftover temporary files): (files removed, bytes freed)."""
+    folder = cache_folder() if folder is None else folder
+    n = freed = 0
+    for path, size, _ in entries(folder):
+        try:
+            path.unlink()
+            n, freed = n + 1, freed + size
+        except OSError:
+            pass
+    for tmp in folder.glob(".tmp-*"):
+        try:
+            size = tmp.stat().st_size
+            tmp.unlink()
+            n, freed = n + 1, freed + size
+        except OSError:
+            pass
+    return n, freed
 
 
 def cached_parse(path: str | Path, kind: str, parse: Callable[[Path], Any],
@@ -66,10 +205,16 @@ def cached_parse(path: str | Path, kind: str, parse: Callable[[Path], Any],
         data = path.read_bytes()
     except OSError:
         return parse(path)  # the parser reports the file's problem
-    entry = cache_folder() / f"{kind}-{_key(kind, path, data, parse, encode)}.marshal"
+    entry = cache_folder() / f"{kind}-{_key(kind, path, data, parse, encode, decode)}" \
+        f"{ENTRY_SUFFIX}"
     try:
         with open(entry, "rb") as f:
-            return decode(marshal.load(f))
+            value = decode(marshal.load(f))
+        try:
+            os.utime(entry)  # its last use, for pruning (atime alone may not be kept)
+        except OSError:
+            pass
+        return value
     except Exception:  # missing, truncated, foreign: parse and (re)write
         pass
     value = parse(path)
@@ -84,6 +229,7 @@ def cached_parse(path: str | Path, kind: str, parse: Callable[[Path], Any],
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, entry)
+        prune()
     except OSError:
         if tmp is not None:
             try:

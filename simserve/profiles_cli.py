@@ -39,11 +39,44 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def anchor_report(p) -> tuple[str, bool]:
+    """The profile's residual against each published anchor in its provenance; False when a
+    derived CPU profile names none."""
+    from simserve.hardware import anchors as A
+    rows = A.residuals(p)
+    if not rows:
+        if A.needs_anchor(p):
+            return (f"{p.path}: provenance.anchors: derived CPU profile {p.name!r} names no "
+                    "published measurement to anchor it (docs/hwprofiles.md, Anchors)"), False
+        return "", True
+    out = [f"{p.name}: against published measurements (residual = profile's prediction / "
+           "published value - 1)"]
+    for r in rows:
+        band = "" if r["within"] is None else ("  inside the published range" if r["within"]
+                                               else "  OUTSIDE the published range")
+        out.append(f"  {r['id']:<16} {'fitted' if r['fit'] else 'check ':<6} {r['quantity']}"
+                   f" at {r['where']}: published {r['value']:.4g}, predicted {r['predicted']:.4g}"
+                   f" {r['unit']}, residual {100 * r['residual']:+.1f} %{band} ({r['date']})")
+    return "\n".join(out), True
+
+
 def _check(args: argparse.Namespace) -> int:
     from simserve.calibrate.check import run_check
-    text, ok = run_check(args.name)
-    print(text)
-    return 0 if ok or not args.strict else 1
+    names = [args.name] if args.name else list(available_profiles())
+    ok_all = True
+    for name in names:
+        p = load_profile(name)
+        text, ok = anchor_report(p)
+        if p.provenance_type == "measured" and args.name:
+            fit_text, fit_ok = run_check(name)
+            text = fit_text + ("\n" + text if text else "")
+            ok = ok and (fit_ok or not args.strict)
+        elif not text and args.name:
+            text = f"{name}: {p.provenance_type} {p.kind} profile: nothing measured to hold out, no anchors"
+        if text:
+            print(text)
+        ok_all = ok_all and ok
+    return 0 if ok_all else 1
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -101,8 +134,9 @@ def register(sub) -> None:
     b = s.add_parser("show", help="one profile's provenance, datasheet numbers and overheads")
     b.add_argument("name")
     b.set_defaults(handler=_show)
-    c = s.add_parser("check", help="held-out error of a measured profile's fits, per op")
-    c.add_argument("name")
+    c = s.add_parser("check", help="held-out error of a measured profile's fits, per op, and "
+                     "every profile's residual against its published anchors")
+    c.add_argument("name", nargs="?", help="one profile (default: every anchored profile)")
     c.add_argument("--strict", action="store_true", help="exit 1 when an op misses its bar")
     c.set_defaults(handler=_check)
     pl = s.add_parser("plot", help="measured points and fitted tables of a measured profile")

@@ -229,5 +229,7 @@ def test_without_overlap_the_split_attention_region_is_the_sum_of_both_paths():
     from simserve.policies.conflux.fit import fit_from_cost
     est = fit_from_cost(off, off.alpha, off.beta)
     e_off = dataclasses.replace(est, overlap=False)
-    args = ([2000, 2000, 2000, 2000], [24] * 4, [24 * 8192] * 4, [(8000, 0)])
+    # decode path heavy enough that overlapping pays at the H100's contention (β 1.41: only
+    # where T_D > 0.41·T_P does max(β·T_P, α·T_D) undercut T_P + T_D)
+    args = ([2000, 2000, 2000, 2000], [64] * 4, [64 * 8192] * 4, [(4000, 0)])
     assert e_off.iteration_time(*args) > est.iteration_time(*args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simserve.hardware.profile import load_profile
 from simserve.policies.conflux.tracking import EstimatorTracker
 from simserve.run import simulate_point
 from simserve.runner.config import parse_experiment
@@ -55,7 +56,8 @@ def test_counters_reach_the_summary_and_tell_the_estimators_apart():
     cp, co = p.stats["counters"], o.stats["counters"]
     assert cp["conflux_prefill_iter_over_tau_share"] > co["conflux_prefill_iter_over_tau_share"]
     assert co["conflux_tbt_margin"] > 0 == cp["conflux_tbt_margin"]
-    assert (co["conflux_alpha"], co["conflux_beta"]) == (1.28, 1.28)   # the cost model's
+    h100 = load_profile("h100-sxm", "gpu").overheads["sp_contention"]   # the cost model's
+    assert (co["conflux_alpha"], co["conflux_beta"]) == (h100["alpha"], h100["beta"])
     assert (cp["conflux_alpha"], cp["conflux_beta"]) != (1.28, 1.28)   # fitted on mixed batches
 
 

@@ -257,7 +257,8 @@ def test_results_layout_and_records(reference):
     header = (reference / "summary.csv").read_text().splitlines()[0].split(",")
     assert header[:7] == ["point", "variant", "workload.rates", "policy", "request_rate", "seed",
                           "num_requests"]
-    assert not [p for p in reference.rglob(".*")]  # no temporary leftovers
+    # no temporary leftovers: the only hidden file is the marker
+    assert [p.relative_to(reference).as_posix() for p in reference.rglob(".*")] == [".simserve.json"]
     # a recursive loader finds the top summary only, not each point a second time
     assert list(reference.rglob("summary.json")) == [reference / "summary.json"]
 
@@ -304,7 +305,11 @@ def test_resume_after_interruption_runs_only_missing_points(tmp_path, reference,
     assert _sweep([cfg, "--out", out, "--workers", 1]) == 130
     assert len(calls) == 2
     assert sorted(p.name for p in (out / "points").iterdir()) == sorted(calls)
-    assert not (out / "summary.json").exists()
+    # the summary holds exactly the points present; the marker says the sweep is partial
+    assert sorted({r["point"] for r in json.loads((out / "summary.json").read_text())}) == \
+        sorted(calls)
+    marker = json.loads((out / ".simserve.json").read_text())
+    assert (marker["complete"], marker["points_done"]) == (False, 2)
     capsys.readouterr()
     assert _sweep([cfg, "--out", out, "--dry-run"]) == 0
     listing = capsys.readouterr().out
@@ -328,6 +333,7 @@ def test_temp_folders_are_not_finished_points(tmp_path, reference, monkeypatch, 
     keys = sorted(p.name for p in (reference / "points").iterdir())
     pdir = out / "points"
     pdir.mkdir(parents=True)
+    (out / ".simserve.json").write_text('{"written_by": "simserve", "kind": "sweep"}')
     half = pdir / f".{keys[0]}.tmp-x1y2"     # a crash during write_point
     half.mkdir()
     (half / "summary.json").write_text("[")
@@ -343,7 +349,7 @@ def test_temp_folders_are_not_finished_points(tmp_path, reference, monkeypatch, 
     assert _tree(out) == _tree(reference)
 
 
-def test_a_failed_write_leaves_no_point_folder(tmp_path, monkeypatch):
+def test_a_failed_write_leaves_no_point_folder(tmp_path, monkeypatch, capsys):
     cfg, out = _write(tmp_path, SMALL), tmp_path / "out"
 
     def boom(*a, **kw):
@@ -351,8 +357,9 @@ def test_a_failed_write_leaves_no_point_folder(tmp_path, monkeypatch):
 
     from simserve.runner import storage
     monkeypatch.setattr(storage.yaml, "safe_dump", boom)  # config.yaml is written last
-    with pytest.raises(OSError):
-        main(["sweep", str(cfg), "--out", str(out), "--workers", "1", "-q"])
+    assert main(["sweep", str(cfg), "--out", str(out), "--workers", "1", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "disk full" in err and len(err.strip().splitlines()) == 1
     assert list((out / "points").iterdir()) == []
 
 

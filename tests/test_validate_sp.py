@@ -96,5 +96,8 @@ def test_conflux_takes_measured_contention_from_the_profile():
     measured = h200.overheads["sp_contention"]
     assert measured["alpha"] >= 1.0 and measured["beta"] >= 1.0
     assert contention(ConfluxConfig(), h200) == (measured["alpha"], measured["beta"])
-    assert contention(ConfluxConfig(), h100) == (PAPER_CONTENTION, PAPER_CONTENTION)  # derived
+    derived = h100.overheads["sp_contention"]   # rescaled from the H200 (hardware/rescale.py)
+    assert contention(ConfluxConfig(), h100) == (derived["alpha"], derived["beta"])
+    assert contention(ConfluxConfig(alpha="paper", beta="paper"), h100) == \
+        (PAPER_CONTENTION, PAPER_CONTENTION)                         # the named what-if
     assert contention(ConfluxConfig(alpha=1.5, beta=1.1), h200) == (1.5, 1.1)

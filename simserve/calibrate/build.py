@@ -218,8 +218,12 @@ def _add_sp_contention(prof: dict, path: Path) -> None:
     def pct(d):
         return ", ".join(f"{k} {v}%" for k, v in d.items())
     held = pct({k: v["mape_pct"] for k, v in f.get("leave_one_model_out", {}).items()})
+    # the spread of the fit: the pooled fit and each fit on all models but one
+    fits = [f] + list(f.get("leave_one_model_out", {}).values())
     prof["overheads"]["sp_contention"] = {
         "alpha": f["alpha"], "beta": f["beta"],
+        "alpha_range": [min(x["alpha"] for x in fits), max(x["alpha"] for x in fits)],
+        "beta_range": [min(x["beta"] for x in fits), max(x["beta"] for x in fits)],
         "source": f"{f['source']}; MAPE {pct(f['mape_pct'])}; fitted on the other model only: "
                   f"{held}; the paper's 1.28 gives {pct(f['paper_mape_pct'])}"}
 
@@ -426,7 +430,7 @@ def build_nvlink(raw_dir: Path, name: str) -> dict:
     link = dict(base["link"])
     tables = {}
     col = _pts(raw, part="collectives")
-    n = 2
+    n = int(_meta(raw_dir).get("world_size", 2))   # ranks of the run (meta.json)
 
     def fit(op: str, impl_prefix: str, factor: float):
         d = col[(col.op == op) & col.impl.str.startswith(impl_prefix)]
@@ -448,6 +452,8 @@ def build_nvlink(raw_dir: Path, name: str) -> dict:
     if p2p:
         link["latency_us"], link["p2p_gbps"] = round(p2p[0], 3), round(p2p[1], 1)
     link["measured_ranks"] = n
+    from simserve.hardware.collective_band import BAND   # published band for more ranks
+    link["multi_rank_band"] = dict(BAND)
     prof["link"] = link
     prof["copy_tables"] = tables
     return prof

@@ -21,10 +21,13 @@ All-to-all time: the link profile's measured table at 2 ranks (bytes = input per
 rank counts use the profile's fitted all-to-all latency + (R−1)/R · bytes / bus bandwidth
 (nccl-tests' bus-bandwidth convention, as the measurement recorded it).
 
-Contention defaults α = β = 1.28 come from the paper's Fig. 14a, not from a profile (no mixed
-concurrent-kernel measurement exists here): at 32 decodes/GPU the overlapped attention region
-took 28.0 ms against 36.5 ms serialised, closing 58 % of the gap to the contention-free bound,
-so that bound is 36.5 − 8.5/0.58 = 21.8 ms and overlapped/ideal = 28.0/21.8 ≈ 1.28.
+Contention α, β default to the GPU profile's `overheads.sp_contention`: measured on the H200
+(α 1.0, β 1.72, fitted to real two-GPU Conflux Parallelism iterations, validation/), derived
+for other GPUs by `hardware/rescale.py` (decode attention's SM share scaled by bandwidth per
+SM). `PAPER_CONTENTION` is the paper's Fig. 14a value, a what-if and the stand-in for profiles
+without one: at 32 decodes/GPU the overlapped attention region took 28.0 ms against 36.5 ms
+serialised, closing 58 % of the gap to the contention-free bound, so that bound is
+36.5 − 8.5/0.58 = 21.8 ms and overlapped/ideal = 28.0/21.8 ≈ 1.28.
 """
 from __future__ import annotations
 
@@ -41,15 +44,23 @@ PAPER_CONTENTION = 1.28  # α = β from Fig. 14a (see the module docstring)
 DECODE_LOOKAHEAD = 128
 
 
+def profile_contention(gpu: HardwareProfile) -> tuple[float, float]:
+    """(α, β) of the GPU profile's `overheads.sp_contention`, else the paper's Fig. 14a value."""
+    c = gpu.overheads.get("sp_contention") or {}
+    return (float(c.get("alpha", PAPER_CONTENTION)), float(c.get("beta", PAPER_CONTENTION)))
+
+
 class SpCostModel:
     """Iteration time of R logical ranks (TP t each) running Conflux Parallelism."""
 
     def __init__(self, model: ModelSpec, gpu: HardwareProfile, nvlink: HardwareProfile | None,
-                 ranks: int, tp: int = 1, alpha: float = PAPER_CONTENTION,
-                 beta: float = PAPER_CONTENTION, cuda_graphs: bool = True,
+                 ranks: int, tp: int = 1, alpha: float | None = None,
+                 beta: float | None = None, cuda_graphs: bool = True,
                  table_tokens: int = 16384, overlap: bool = True):
         if ranks < 1:
             raise ValueError(f"ranks: expected a positive integer, got {ranks!r}")
+        alpha, beta = (profile_contention(gpu)[i] if v is None else v
+                       for i, v in enumerate((alpha, beta)))
         if alpha < 1 or beta < 1:
             raise ValueError(f"alpha, beta: contention factors must be >= 1, got {alpha}, {beta}")
         if ranks > 1 and nvlink is None:

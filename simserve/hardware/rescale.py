@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime as _dt
+from pathlib import Path
 
 import numpy as np
 
@@ -147,6 +148,37 @@ def rescale_sm_share(share: dict, src_name: str, s: dict, d: dict) -> dict:
     return out
 
 
+SP_SHARE_CAP = 0.9   # decode attention never holds more than this share of the SMs
+
+
+def _beta_for(beta_src: float, k: float) -> float:
+    share = min(SP_SHARE_CAP, (1.0 - 1.0 / beta_src) * k)
+    return round(1.0 / (1.0 - share), 3)
+
+
+def rescale_sp_contention(c: dict, src_name: str, s: dict, d: dict) -> dict:
+    """Conflux Parallelism's split-attention contention (α decode, β prefill) for another GPU,
+    by the rule `rescale_sm_share` uses: co-running decode attention holds the SMs it needs
+    to stream KV at the GPU's HBM rate, and an SM draws the same bandwidth on every GPU, so
+    decode's SM share scales with bandwidth per SM, k = (W'/N') / (W/N). The prefill path
+    keeps the rest: β = 1 / (1 − share), share = (1 − 1/β_measured) · k (at most 0.9). The
+    decode path's slowdown α − 1 scales by the same k. Ranges (the measurement's
+    leave-one-model-out spread) follow the same rule. Not measured on the target."""
+    k = (d["mem_bandwidth_gbps"] / d["sms"]) / (s["mem_bandwidth_gbps"] / s["sms"])
+    out = {"alpha": round(1.0 + (float(c["alpha"]) - 1.0) * k, 3),
+           "beta": _beta_for(float(c["beta"]), k)}
+    for key, f in (("alpha_range", lambda a: round(1.0 + (a - 1.0) * k, 3)),
+                   ("beta_range", lambda b: _beta_for(b, k))):
+        if key in c:
+            out[key] = [f(float(v)) for v in c[key]]
+    out["rule"] = (f"derived from {src_name}'s measured alpha {c['alpha']}, beta {c['beta']}: decode "
+                   f"attention's SM share x {k:.3f} (bandwidth per SM {d['mem_bandwidth_gbps']}/"
+                   f"{d['sms']} vs {s['mem_bandwidth_gbps']}/{s['sms']} GB/s), beta = 1/(1 - "
+                   f"share); not measured on this GPU (simserve/hardware/rescale.py)")
+    out["source"] = f"carried over from {src_name}: " + str(c.get("source", ""))
+    return out
+
+
 def rescale_gpu(src_name: str, dst_name: str) -> dict:
     src_p = load_profile(src_name, expect_kind="gpu")
     if src_p.provenance_type != "measured":
@@ -171,9 +203,10 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
     if prof["overheads"].get("engines"):
         prof["overheads"]["engines"] = carry_engines(prof["overheads"]["engines"], src_name,
                                                      dst_name, src, dst)
-    # measured kernel co-run contention is not carried over: a derived GPU's SP runs use the
-    # paper's Fig. 14a value (simserve.cost.sp.PAPER_CONTENTION) unless configured
-    prof["overheads"].pop("sp_contention", None)
+    # Conflux Parallelism's contention α, β: the measured pair rescaled by bandwidth per SM
+    contention = prof["overheads"].pop("sp_contention", None)
+    if contention:
+        prof["overheads"]["sp_contention"] = rescale_sp_contention(contention, src_name, s, d)
     share = prof["overheads"].pop("sm_share", None)
     if share and s["sms"] == d["sms"] and s["bf16_tflops"] == d["bf16_tflops"]:
         prof["overheads"]["sm_share"] = rescale_sm_share(share, src_name, s, d)
@@ -194,17 +227,13 @@ def rescale_gpu(src_name: str, dst_name: str) -> dict:
     return prof
 
 
-def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) -> dict:
-    """CPU tables measured at `src_cores` threads, scaled to `dst_cores` cores of another CPU.
-    Source peaks are the measured ceilings (best dense FLOP rate, host copy bandwidth);
-    target peaks are datasheet × the derived profiles' efficiencies (datasheets.py)."""
-    src_p = load_profile(src_name, expect_kind="cpu")
-    if src_p.provenance_type != "measured":
-        raise ValueError(f"{src_name} is not a measured profile")
+def _cpu_ceilings(src_p, src_cores: int):
+    """The measured source's ceilings at `src_cores` threads: best dense FLOP rate per model
+    (tokens >= 256), the best over models, and the host copy bandwidth (GB/s)."""
     from simserve.hardware.raw import read_raw  # measured ceilings live with the raw points
     raw_dir = REPO_ROOT / src_p.provenance["raw"]
     if not raw_dir.is_dir():
-        raise ValueError(f"{src_name}: raw points {raw_dir} not found (they live in the source "
+        raise ValueError(f"{src_p.name}: raw points {raw_dir} not found (they live in the source "
                          "repository, not in an installed package)")
     raw = read_raw(raw_dir)
     cpu = raw[(raw.part == "cpu") & (raw.threads == src_cores)]
@@ -214,26 +243,11 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
     # the measured efficiency carries over per model: each model's tables are scaled against
     # the best FLOP rate measured with its own shapes (noisy VM: one ceiling per shape set)
     flops_by_model = (dense.flops / dense.median_us * 1e6).groupby(dense.model).max().to_dict()
-    flops = max(flops_by_model.values())
-    d = ds.CPUS[dst_name]
-    eff = ds.CPU_EFFICIENCY
-    dst = (dst_cores * d["base_ghz"] * 1e9 * d["amx_bf16_flop_per_cycle_per_core"] * eff["amx"],
-           min(d["dram_gbps_peak"] * eff["memory"], dst_cores * eff["per_core_gbps"]) * 1e9)
-    roof = derive_cpu(dst_name)
-    prof = {k: roof[k] for k in ("schema", "name", "kind", "spec")}
-    prof["provenance"] = {
-        "type": "derived",
-        "method": (f"measured {src_name} tables at {src_cores} threads (ceilings: up to "
-                   f"{flops / 1e12:.2f} TFLOP/s dense, per model shapes, {copy_gbps:.1f} GB/s "
-                   f"copy) scaled to "
-                   f"{dst_cores} cores of {dst_name} (datasheet x efficiency: "
-                   f"{dst[0] / 1e12:.2f} TFLOP/s, {dst[1] / 1e9:.0f} GB/s)"),
-        "from": src_name,
-        "generated_by": f"python -m simserve.hardware.rescale --cpu {src_name}:{src_cores} "
-                        f"{dst_name}:{dst_cores}",
-        "date": _dt.date.today().isoformat(),
-    }
-    prof["overheads"] = roof["overheads"]
+    return flops_by_model, max(flops_by_model.values()), copy_gbps
+
+
+def _cpu_ops(src_p, src_cores: int, dst_cores: int, ceilings, dst) -> dict:
+    flops_by_model, flops, copy_gbps = ceilings
     ops = {}
     for model, per in src_p.raw_ops.items():
         t = per.get(f"cores{src_cores}")
@@ -247,7 +261,66 @@ def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) ->
             out["decode_attn"] = _scale_decode_grid(t["decode_attn"], m, 1, src, dst)
         out["source"] = "derived from measured tables by ceiling ratios"
         ops[model] = {f"cores{dst_cores}": out}
-    prof["ops"] = ops
+    return ops
+
+
+def _anchored_ceiling(dst_name: str, dst_cores: int, build, d: dict):
+    """(compute ceiling in FLOP/s, the anchor it was fitted to) for the target's first
+    `fit: true` anchor that applies at `dst_cores`; (None, None) if none applies."""
+    from simserve.hardware import anchors as A
+    for a in A.ANCHORS.get(dst_name, []):
+        if a.get("fit") and int(a.get("cores", dst_cores)) == dst_cores:
+            peak = dst_cores * d["amx_bf16_flop_per_cycle_per_core"] * 1e9
+            return A.fit_ceiling(build, a, 0.01 * peak * d["base_ghz"],
+                                 peak * d["turbo_ghz"]), a
+    return None, None
+
+
+def rescale_cpu(src_name: str, dst_name: str, src_cores: int, dst_cores: int) -> dict:
+    """CPU tables measured at `src_cores` threads, scaled to `dst_cores` cores of another CPU.
+    Source peaks are the measured ceilings (best dense FLOP rate, host copy bandwidth). Target:
+    memory bandwidth datasheet × efficiency (datasheets.py); compute ceiling set so that the
+    profile meets its published anchor (`anchors.py`, `fit: true`) where one applies at these
+    cores, else datasheet × AMX efficiency."""
+    from simserve.hardware import anchors as A
+    from simserve.hardware.profile import HardwareProfile
+    src_p = load_profile(src_name, expect_kind="cpu")
+    if src_p.provenance_type != "measured":
+        raise ValueError(f"{src_name} is not a measured profile")
+    ceilings = _cpu_ceilings(src_p, src_cores)
+    flops, copy_gbps = ceilings[1], ceilings[2]
+    d = ds.CPUS[dst_name]
+    eff = ds.CPU_EFFICIENCY
+    nominal = dst_cores * d["base_ghz"] * 1e9 * d["amx_bf16_flop_per_cycle_per_core"]
+    mem = min(d["dram_gbps_peak"] * eff["memory"], dst_cores * eff["per_core_gbps"]) * 1e9
+    roof = derive_cpu(dst_name)
+
+    def build(p):
+        return HardwareProfile(name=dst_name, kind="cpu", path=Path(f"<{dst_name} at {p:.4g}>"),
+                               provenance={"type": "derived"}, spec=roof["spec"],
+                               raw_ops=_cpu_ops(src_p, src_cores, dst_cores, ceilings, (p, mem)))
+    ceiling, fitted = _anchored_ceiling(dst_name, dst_cores, build, d)
+    how = (f"compute ceiling {ceiling / 1e12:.2f} TFLOP/s set to meet anchor {fitted['id']} "
+           f"({ceiling / nominal:.3f} of {dst_cores} cores x base clock x 1024 FLOP/cycle; "
+           f"the AMX efficiency {eff['amx']} gave {eff['amx'] * nominal / 1e12:.2f})"
+           if fitted else f"datasheet x AMX efficiency {eff['amx']}: "
+                          f"{eff['amx'] * nominal / 1e12:.2f} TFLOP/s")
+    dst = (ceiling or eff["amx"] * nominal, mem)
+    prof = {k: roof[k] for k in ("schema", "name", "kind", "spec")}
+    prof["provenance"] = {
+        "type": "derived",
+        "method": (f"measured {src_name} tables at {src_cores} threads (ceilings: up to "
+                   f"{flops / 1e12:.2f} TFLOP/s dense, per model shapes, {copy_gbps:.1f} GB/s "
+                   f"copy) scaled to {dst_cores} cores of {dst_name} ({how}; memory "
+                   f"{dst[1] / 1e9:.0f} GB/s, datasheet x efficiency)"),
+        "from": src_name,
+        "generated_by": f"python -m simserve.hardware.rescale --cpu {src_name}:{src_cores} "
+                        f"{dst_name}:{dst_cores}",
+        "date": _dt.date.today().isoformat(),
+        "anchors": [dict(a) for a in A.ANCHORS.get(dst_name, [])],
+    }
+    prof["overheads"] = roof["overheads"]
+    prof["ops"] = _cpu_ops(src_p, src_cores, dst_cores, ceilings, dst)
     return prof
 
 
@@ -296,7 +369,6 @@ def main(argv=None) -> int:
                     "~/.config/simserve/hwprofiles")
     args = ap.parse_args(argv)
     args.out = args.out or str(profile_write_dir())
-    from pathlib import Path
     if args.link:
         src, *targets = args.link
         for name in targets:

@@ -6,18 +6,27 @@ import sys
 from pathlib import Path
 
 from simserve.runner.config import load_experiment
+from simserve.runner.storage import os_error
 from simserve.runner.point import (check_out_dir, format_table, run_experiment_config,
                                    summary_records)
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _run_checked(args)
+    except OSError as exc:  # e.g. --trace-events into a full or read-only folder
+        raise os_error(args.out or "results", exc) from None
+
+
+def _run_checked(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / cfg.name
-    check_out_dir(out)
+    if not args.no_save:
+        check_out_dir(out, args.overwrite)  # before running: a refused folder costs no time
     before = _stored_hash(out)
     results = run_experiment_config(cfg, out=None if args.no_save else out,
                                      progress=not args.quiet, stream=args.stream or None,
-                                     trace_events=args.trace_events)
+                                     trace_events=args.trace_events, overwrite=args.overwrite)
     recs = summary_records(results)
     print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
@@ -62,6 +71,10 @@ def register(sub) -> None:
                         "--set policies.0.max_num_batched_tokens=4096")
     p.add_argument("--out", help="results folder (default results/NAME)")
     p.add_argument("--no-save", action="store_true", help="print the table only")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a folder simserve did not make (or a sweep's): its own "
+                        "files there (summary.*, requests.csv, config.*) are replaced, every "
+                        "other file is left as it is")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("--stream", action="store_true",
                    help="write per-request rows to requests.csv in chunks as requests finish "

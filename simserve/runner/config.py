@@ -328,8 +328,29 @@ def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
     slo = None
     if data.get("slo") is not None:
         slo = _dataclass_from(SLO, data["slo"], src, "slo")
-    return ExperimentConfig(name=str(data.get("name") or Path(src).stem), model=model, hardware=hw,
+    name = _check_name(data, src)
+    return ExperimentConfig(name=name, model=model, hardware=hw,
                             workload=wl, policies=tuple(specs), slo=slo, source=src, raw=data)
+
+
+def _check_name(data: dict, src: str) -> str:
+    """The experiment's name: it names the default results folder (`results/NAME`), so it
+    must be one plain folder name, never a path that leads elsewhere."""
+    name = data.get("name")
+    if name is None or name == "":
+        return Path(src).stem
+    if not isinstance(name, (str, int, float)) or isinstance(name, bool):
+        raise ConfigError(f"{_where(src, data, 'name', 'name')}: expected a text, got {name!r}")
+    name = str(name)
+    bad = ("is an absolute path" if name.startswith(("/", "\\")) or Path(name).is_absolute()
+           else "contains a path separator" if "/" in name or "\\" in name
+           else "is not a folder name" if name.strip() in (".", "..") or "\0" in name
+           else None)
+    if bad:
+        raise ConfigError(f"{_where(src, data, 'name', 'name')}: {name!r} {bad}; the name "
+                          "becomes the results folder results/NAME, so use a plain name such "
+                          "as my-run (choose the folder itself with --out)")
+    return name
 
 
 def _relocate(new: dict, old) -> Located:

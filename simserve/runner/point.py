@@ -1,5 +1,6 @@
 """Running an experiment: every point (policy × seed × rate), its metrics, and the results
-folder, written atomically (a temporary sibling folder renamed into place at the end)."""
+folder (written to a temporary sibling, then moved in file by file with its marker, replacing
+only simserve's own files: `storage.install`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,12 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from simserve.errors import ConfigError, SimserveError
+from simserve.errors import SimserveError
 from simserve.runner.csv_chunks import csv_text
 from simserve.runner.record_sink import RecordSink, label_frame
 from simserve.runner.config import ExperimentConfig, PolicySpec
-from simserve.runner.storage import (atomic_folder, out_lock, records_frame, write_config,
-                                     write_records)
+from simserve.runner.provenance import marker, provenance, read_marker
+from simserve.runner.storage import (claim_out, clean_stale_temp, install, os_error, out_lock,
+                                     records_frame, staging, write_config, write_records)
 from simserve.hardware.setup import resolve_hardware
 from simserve.metrics import request_frame, summarize
 from simserve.models import get_model
@@ -144,14 +146,23 @@ def validate(cfg: ExperimentConfig) -> Workload:
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
-                          trace_events: str | Path | None = None) -> list[PointResult]:
+                          trace_events: str | Path | None = None,
+                          overwrite: bool = False) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
-    folder's lock (a second run into the same `out` at the same time is refused).
+    folder's lock (a second run into the same `out` at the same time is refused). `out` must
+    be new, empty, or simserve's own run results (`storage.claim_out`; `overwrite` takes any
+    folder over); only simserve's files there are replaced, anything else stays.
     `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`)."""
     if out is None:
         return _run_experiment_config(cfg, None, progress, stream, trace_events)
-    with out_lock(Path(out)):
-        return _run_experiment_config(cfg, out, progress, stream, trace_events)
+    out = Path(out)
+    with out_lock(out):
+        old = claim_out(out, "run", overwrite)
+        try:
+            clean_stale_temp(out)
+            return _run_experiment_config(cfg, out, progress, stream, trace_events, old)
+        except OSError as exc:
+            raise os_error(out, exc) from None
 
 
 def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
@@ -167,7 +178,8 @@ def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
 
 def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
-                          trace_events: str | Path | None = None) -> list[PointResult]:
+                          trace_events: str | Path | None = None,
+                          old_marker: dict | None = None) -> list[PointResult]:
     """Every point; results written to `out` when given. `stream` (default: points of
     `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
     chunks while points run instead of holding them (PointResult.requests is then None)."""
@@ -207,13 +219,14 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
     if not stream:
         results = run_all(None)
         if out is not None:
-            write_results(cfg, results, Path(out))
+            write_results(cfg, results, Path(out), old_marker)
         return results
     if out is None:
         return run_all(RecordSink(None))
-    with atomic_folder(Path(out).resolve()) as tmp:
+    with staging(Path(out)) as tmp:
         results = run_all(RecordSink(tmp / "requests.csv"))
         _write_summary_files(tmp, cfg, results)
+        install(tmp, Path(out), run_marker(cfg), old_marker)
     return results
 
 
@@ -221,16 +234,26 @@ def summary_records(results: list[PointResult]) -> list[dict]:
     return [r.summary for r in results]
 
 
-def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path) -> Path:
+def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path,
+                  old_marker: dict | None = None) -> Path:
     """Write summary.json, summary.csv, requests.csv, config.yaml (resolved) with its hash,
-    into a temporary sibling folder renamed to `out` only when everything is written."""
-    out = out.resolve()
+    into a temporary sibling folder, then move them into `out` with the marker
+    (`storage.install`: of what `out` held, only simserve's files listed in `old_marker`, or
+    else in out's own marker, are replaced or removed)."""
     import pandas as pd
-    with atomic_folder(out) as tmp:
+    if old_marker is None:
+        old_marker = read_marker(out)
+    with staging(out) as tmp:
         with open(tmp / "requests.csv", "w", newline="") as f:
             f.write(csv_text(pd.concat([r.requests for r in results], ignore_index=True)))
         _write_summary_files(tmp, cfg, results)
+        install(tmp, out, run_marker(cfg), old_marker)
     return out
+
+
+def run_marker(cfg: ExperimentConfig) -> dict:
+    """The marker of a run's results folder (`provenance.marker`)."""
+    return marker("run", provenance(cfg), [], complete=True, points=len(points(cfg)))
 
 
 def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult]) -> None:
@@ -287,9 +310,6 @@ def table_footer(slo) -> str:
                            "SLO: none (add slo: {ttft_ms, tbt_ms} to judge attainment and goodput)")
 
 
-def check_out_dir(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a folder")
-    if out.exists() and any(out.iterdir()) and not (out / "summary.json").exists():
-        raise SimserveError(f"--out {out}: folder exists with other content; "
-                            "refusing to replace it")
+def check_out_dir(out: Path, overwrite: bool = False) -> None:
+    """Fail before running when `run` may not write its results at `out` (`claim_out`)."""
+    claim_out(out, "run", overwrite)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import shutil
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from simserve.errors import SimserveError
+from simserve.errors import ConfigError, SimserveError
+from simserve.runner.provenance import MARKER, read_marker, write_json_atomic
 from simserve.strict_json import from_strict_json, strict_json  # noqa: F401 (re-exported)
 
 try:
@@ -40,7 +40,7 @@ def out_lock(out: Path):
     if fcntl is None:
         yield
         return
-    out = Path(out).absolute()
+    out = Path(os.path.realpath(out))  # two names of one folder (a symlink) share one lock
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -95,6 +95,110 @@ def atomic_folder(dest: Path):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def claim_out(out: Path, kind: str, overwrite: bool = False) -> dict | None:
+    """Check that simserve may write a `kind` ("run" or "sweep") results folder at `out`, and
+    return its marker (None for a new or empty folder, or one taken over with `overwrite`).
+    A non-empty folder without simserve's marker, or one holding the other kind's results, is
+    refused unless `overwrite`; even then only the files simserve writes are replaced."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder")
+    try:
+        empty = not out.is_dir() or not any(out.iterdir())
+    except OSError as exc:
+        raise SimserveError(f"--out {out}: cannot read the folder ({exc.strerror})") from None
+    if empty:
+        return None
+    found = read_marker(out)
+    hint = "choose another --out, or add --overwrite to replace simserve's files there and " \
+        "leave every other file as it is"
+    if found is None or found.get("written_by") != "simserve":
+        if overwrite:
+            return None
+        raise SimserveError(f"--out {out}: folder is not empty and simserve did not make it "
+                            f"(no {MARKER}); refusing to write into it ({hint})")
+    if found.get("kind") != kind and not overwrite:
+        raise SimserveError(f"--out {out}: holds the results of a simserve "
+                            f"{found.get('kind')}, not a {kind}; refusing to replace them "
+                            f"({hint})")
+    return found
+
+
+def clean_stale_temp(out: Path) -> list[Path]:
+    """Remove what a killed run left beside and in `out`: `.NAME.tmp-*` / `.NAME.old-*`
+    folders and `.FILE.tmp-*` files. Call it holding `out_lock(out)` (no live run owns them)."""
+    out = Path(os.path.realpath(out))
+    gone = [p for pat in (f".{out.name}.tmp-*", f".{out.name}.old-*")
+            for p in out.parent.glob(pat)]
+    if out.is_dir():
+        gone += [p for p in out.glob(".*.tmp-*") if p.is_file()]
+    for p in gone:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return gone
+
+
+@contextmanager
+def staging(out: Path):
+    """A temporary sibling folder of `out` to write results into (removed afterwards)."""
+    out = Path(os.path.realpath(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _fresh_dir(out.parent, f".{out.name}.tmp-")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def install(tmp: Path, out: Path, new_marker: dict, old_marker: dict | None) -> None:
+    """Move the files written in `tmp` into `out`, each by a rename, and write the marker.
+    Of what `out` held, only the names the old marker lists (simserve's own files) are
+    replaced or removed; everything else stays. While files move the marker says
+    `complete: false` and lists old and new names."""
+    out = Path(os.path.realpath(out))
+    names = sorted(p.name for p in tmp.iterdir())
+    if (old_marker or {}).get("written_by") != "simserve":
+        old_marker = None  # a file of that name simserve did not write lists nothing
+    old = [n for n in (old_marker or {}).get("files", []) if _plain_name(n)]
+    for name in names:
+        if name not in old and (out / name).is_dir() and not (out / name).is_symlink():
+            raise SimserveError(f"--out {out}: {out / name} is a folder simserve did not "
+                                "write; refusing to replace it")
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / MARKER, {**new_marker, "complete": False,
+                                     "files": sorted(set(names) | set(old))})
+    for name in old:
+        if name not in names:
+            _remove(out / name)
+    for name in names:
+        if (out / name).is_dir() and not (out / name).is_symlink():
+            _remove(out / name)
+        os.replace(tmp / name, out / name)
+    write_json_atomic(out / MARKER, {**new_marker, "files": names, "complete": True})
+
+
+def _plain_name(name) -> bool:
+    """A name inside the folder (a marker edited by hand cannot point elsewhere)."""
+    return isinstance(name, str) and name not in ("", ".", "..", MARKER) and "/" not in name \
+        and "\\" not in name
+
+
+def os_error(out, exc: OSError) -> SimserveError:
+    """An OSError while reading or writing results as a one-line error naming the file."""
+    what = exc.filename or out
+    return SimserveError(f"--out {out}: cannot write {what}: "
+                         f"{exc.strerror or exc or type(exc).__name__}; nothing was left "
+                         "half-written")
 
 
 def records_json(records: list[dict]) -> str:

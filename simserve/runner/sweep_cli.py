@@ -7,6 +7,7 @@ from pathlib import Path
 
 from simserve.runner.executors import EXECUTORS
 from simserve.runner.point import TABLE_COLUMNS, table_footer
+from simserve.runner.storage import os_error
 from simserve.runner.sweep import check_points, load_sweep
 from simserve.runner.sweep_run import check_sweep_out, point_status, run_sweep
 
@@ -40,24 +41,35 @@ def _ident_columns(sweep) -> list:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    try:
+        return _sweep_checked(args)
+    except OSError as exc:  # reading a stored point for --dry-run, say
+        raise os_error(args.out or "results", exc) from None
+
+
+def _sweep_checked(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep"
-    check_sweep_out(out)
+    check_sweep_out(out, args.overwrite)
     if args.dry_run:
         check_points(sweep)
-        done = point_status(sweep, out)
+        status = point_status(sweep, out) if not args.overwrite else ["todo"] * len(sweep.points)
         rows = [{**sp.ident(), "policy": sp.policy, "request_rate": sp.rate, "seed": sp.seed,
-                 "status": "done" if d else "todo"} for sp, d in zip(sweep.points, done)]
+                 "status": st} for sp, st in zip(sweep.points, status)]
         cols = [("point", "point", None), ("status", "status", None)] + _ident_columns(sweep) + \
             [("policy", "policy", None), ("request_rate", "rate", "{:g}"), ("seed", "seed", None)]
         print(table(rows, cols))
         n_sim = len(sweep.unique())
-        n_done = len({sp.key for sp, d in zip(sweep.points, done) if d})
+        n_done = len({sp.key for sp, st in zip(sweep.points, status) if st == "done"})
+        n_stale = len({sp.key for sp, st in zip(sweep.points, status) if st == "stale"})
         print(f"\n{len(rows)} points{_sims(len(rows), n_sim)}: {n_done} done, "
-              f"{n_sim - n_done} to run; results would go to {out}/")
+              f"{n_sim - n_done} to run" + (f" ({n_stale} stale: stored from other inputs)"
+                                            if n_stale else "")
+              + f"; results would go to {out}/")
         return 0
     res = run_sweep(sweep, out, executor=args.executor, workers=args.workers,
-                    scheduler=args.scheduler, address=args.address, progress=not args.quiet)
+                    scheduler=args.scheduler, address=args.address, progress=not args.quiet,
+                    overwrite=args.overwrite, reuse_stale=args.reuse_stale)
     if len(res.records) <= MAX_TABLE_ROWS:
         cols = _ident_columns(sweep) + [c for c in TABLE_COLUMNS
                                         if any(r.get(c[0]) is not None for r in res.records)]
@@ -67,7 +79,9 @@ def _sweep(args: argparse.Namespace) -> int:
         print(table_footer(slos.pop() if len(slos) == 1 else "varies"))
     n = len(res.records)
     print(f"\n{n} points{_sims(n, res.num_run + res.num_skipped)}: {res.num_run} run, "
-          f"{res.num_skipped} already done; results: {out}/ (summary.json, summary.csv, "
+          f"{res.num_skipped} already done"
+          + (f" ({sum(res.stale.values())} stale {'kept' if args.reuse_stale else 'rerun'})"
+             if res.stale else "") + f"; results: {out}/ (summary.json, summary.csv, "
           "points/<hash>/)")
     return 0
 
@@ -95,5 +109,13 @@ def register(sub) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config value (also sweep.KEY=[...] and "
                         "variants.NAME.KEY=VALUE)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a folder simserve did not make (or a run's), rerunning "
+                        "every point; simserve's own files there are replaced, every other "
+                        "file is left as it is")
+    p.add_argument("--reuse-stale", action="store_true",
+                   help="keep stored points made from other inputs (another trace file "
+                        "content, simserve version or code) instead of rerunning them; a "
+                        "warning says how many and why, and their records carry `stale`")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_sweep)

@@ -51,12 +51,13 @@ class ConfluxConfig:
     ttft_ms: float = 2000.0
     tbt_ms: float = 100.0            # τ: the TBT budget every iteration is dispatched against
     # α: slowdown of the decode-attention path when it overlaps prefill attention in the split
-    # attention region (Eq. 2: T = max(β·T_P, α·T_D)); None: the GPU profile's measured
-    # `overheads.sp_contention` (h200-sxm: α 1.0, β 1.72 from real SP2 runs, validation/) or,
-    # without one, the paper's Fig. 14a value 1.28 (simserve/cost/sp.py)
-    alpha: float | None = None
-    # β: slowdown of the prefill-attention path in the same region; None as for alpha
-    beta: float | None = None
+    # attention region (Eq. 2: T = max(β·T_P, α·T_D)); None: the GPU profile's
+    # `overheads.sp_contention` (h200-sxm: α 1.0, β 1.72 measured on real SP2 runs, validation/;
+    # derived GPUs rescaled from it by bandwidth per SM, hardware/rescale.py); "paper": the
+    # paper's Fig. 14a value 1.28 (simserve/cost/sp.py), a what-if; a number overrides
+    alpha: float | str | None = None
+    # β: slowdown of the prefill-attention path in the same region; None / "paper" as for alpha
+    beta: float | str | None = None
     # the split attention region overlaps prefill and decode attention (max of the two paths);
     # False runs them one after the other (their sum): Fig. 13's first ablation
     overlap: bool = True
@@ -109,10 +110,11 @@ class ConfluxConfig:
                 raise ValueError(f"{name}: expected a positive number, got {v!r}")
         for name in ("alpha", "beta"):
             v = getattr(self, name)
-            if v is None:
+            if v is None or v == "paper":
                 continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 1:
-                raise ValueError(f"{name}: expected a contention factor >= 1, got {v!r}")
+                raise ValueError(f"{name}: expected a contention factor >= 1, \"paper\" or null "
+                                 f"(the GPU profile's), got {v!r}")
         m = self.tbt_margin
         if m is not None and (not isinstance(m, (int, float)) or isinstance(m, bool)
                               or not 0 <= m < 1):

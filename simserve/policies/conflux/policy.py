@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simserve.cost.sp import PAPER_CONTENTION, SpCostModel
+from simserve.cost.sp import PAPER_CONTENTION, SpCostModel, profile_contention
 from simserve.policies import register
 from simserve.policies.base import Deployment, deploy, executed, fitted_model, kv_blocks
 from simserve.policies.conflux.config import ConfluxConfig
@@ -20,11 +20,14 @@ from simserve.sim.context import SimContext
 
 
 def contention(cfg: ConfluxConfig, gpu) -> tuple[float, float]:
-    """The hardware's α, β: as configured, else the GPU profile's measured
-    `overheads.sp_contention`, else the paper's Fig. 14a value (simserve.cost.sp.PAPER_CONTENTION)."""
-    measured = gpu.overheads.get("sp_contention") or {}
-    return (float(cfg.alpha or measured.get("alpha", PAPER_CONTENTION)),
-            float(cfg.beta or measured.get("beta", PAPER_CONTENTION)))
+    """The hardware's α, β: as configured (a number; "paper": Fig. 14a's 1.28, a what-if),
+    else the GPU profile's `overheads.sp_contention` (measured on the H200, rescaled for
+    derived GPUs), else, for a profile without one (datasheet rooflines), the paper's value
+    as a named stand-in (simserve.cost.sp.PAPER_CONTENTION)."""
+    prof = profile_contention(gpu)
+    a, b = (PAPER_CONTENTION if v == "paper" else prof[i] if v is None else float(v)
+            for i, v in enumerate((cfg.alpha, cfg.beta)))
+    return a, b
 
 
 @register("conflux", ConfluxConfig)

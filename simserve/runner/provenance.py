@@ -1,0 +1,136 @@
+"""What a stored result was made from: simserve's version, a hash of simserve's own source, the
+resolved config's hash and the content of the trace files it read.
+
+A results folder carries this in its marker file `.simserve.json` (written last, so a folder
+whose marker says `complete` holds everything the marker lists); each sweep point carries its
+own copy in `points/<hash>/provenance.json`. A stored point is reused on resume only when all
+four match what this process would compute (`staleness`).
+
+Trace files are hashed by content (sha256 of the bytes), remembered per process by (path,
+size, mtime_ns), so a sweep hashes a large trace once. The code hash covers every `.py`,
+`.pyx` and `.pxd` file of the simserve package (path and bytes), computed once per process.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+
+MARKER = ".simserve.json"
+POINT_PROVENANCE = "provenance.json"
+FORMAT = 1
+_SOURCE_SUFFIXES = (".py", ".pyx", ".pxd")
+
+
+def simserve_version() -> str:
+    import simserve
+    return str(simserve.__version__)
+
+
+@functools.lru_cache(maxsize=1)
+def _package_hash() -> str:
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def code_hash() -> str:
+    """sha256[:16] over simserve's own source files (an edited policy gives a new hash)."""
+    return _package_hash()
+
+
+_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, remembered by (real path, size, mtime_ns)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = (real, st.st_size, st.st_mtime_ns)
+    digest = _FILE_HASHES.get(key)
+    if digest is None:
+        h = hashlib.sha256()
+        with open(real, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        digest = _FILE_HASHES[key] = h.hexdigest()
+    return digest
+
+
+def trace_hashes(cfg) -> dict[str, str]:
+    """{trace as the config names it: sha256 of its file} for a config's trace file (none for
+    a synthetic workload)."""
+    from simserve.workload.build import RANDOM, SYNTHETIC, is_trace_file
+    from simserve.workload.manifest import resolve_trace
+    trace = cfg.workload.trace
+    if not is_trace_file(trace):
+        return {}
+    return {trace: file_sha256(resolve_trace(trace, also_known=(*SYNTHETIC, RANDOM)))}
+
+
+def provenance(cfg, config_hash: str | None = None) -> dict:
+    """What a result of `cfg` is made from, as stored beside it."""
+    return {"simserve_version": simserve_version(), "code_hash": code_hash(),
+            "config_hash": config_hash or cfg.hash(), "traces": trace_hashes(cfg)}
+
+
+def staleness(stored: dict | None, current: dict) -> str | None:
+    """Why a result stored with provenance `stored` differs from `current` (None: it does not).
+    The first difference found, in the order: config, trace content, version, code."""
+    if not stored:
+        return "no provenance recorded (written by an older simserve)"
+    if stored.get("config_hash") != current["config_hash"]:
+        return "config changed"
+    old, new = stored.get("traces") or {}, current["traces"]
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) != new.get(name):
+            return f"trace file {name} changed"
+    if stored.get("simserve_version") != current["simserve_version"]:
+        return (f"simserve version changed ({stored.get('simserve_version')} -> "
+                f"{current['simserve_version']})")
+    if stored.get("code_hash") != current["code_hash"]:
+        return "simserve's code changed"
+    return None
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object stored by simserve, or None when missing, unreadable or not an object."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json_atomic(path: Path, data) -> None:
+    """Write JSON to a temporary sibling, then rename it over `path`."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def read_marker(out: Path) -> dict | None:
+    return read_json(Path(out) / MARKER)
+
+
+def marker(kind: str, prov: dict, files: list[str], complete: bool, **extra) -> dict:
+    """The marker of a results folder: `kind` (run or sweep), the provenance of what it holds,
+    the names simserve wrote there (the only ones it may replace or remove), and whether
+    writing finished."""
+    return {"format": FORMAT, "written_by": "simserve", "kind": kind, **prov,
+            "files": sorted(files), "complete": complete, **extra}

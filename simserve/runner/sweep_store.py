@@ -1,0 +1,162 @@
+"""A sweep's results folder as it fills: which stored points can be reused (`plan_points`),
+and `summary.json` / `summary.csv` / the marker rewritten after every point (`SummaryStore`),
+each atomically, so a sweep killed at any moment leaves a summary of exactly the points
+present and a marker saying `complete: false` with how many are done.
+
+A stored point is reused only when its `provenance.json` matches what this process would
+compute (`provenance.staleness`: config, trace file content, simserve version, code); a point
+stored by an older simserve has none and counts as stale.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simserve.runner import provenance as prov
+from simserve.runner.config import TOP_KEYS
+from simserve.runner.storage import records_frame, records_json
+
+POINT_FILES = ("record.json", "requests.csv", "config.yaml")
+LEGACY_RECORD = "summary.json"  # a point's record before record.json
+SWEEP_FILES = ("summary.json", "summary.csv", "points")
+
+
+def is_done(folder: Path) -> bool:
+    return all((folder / f).is_file() or (f == POINT_FILES[0] and (folder / LEGACY_RECORD).is_file())
+               for f in POINT_FILES)
+
+
+def read_record(points_dir: Path, sp) -> dict:
+    """A stored point's record, with identifying fields from the current expansion (a point
+    reused by an edited sweep may have had another variant name)."""
+    return {**sp.ident(), **stored_metrics(points_dir, sp.key)}
+
+
+def stored_metrics(points_dir: Path, key: str) -> dict:
+    """A stored point's record without the fields that identify it in a sweep."""
+    folder = points_dir / key
+    if not (folder / POINT_FILES[0]).is_file():  # written before record.json: rename it
+        os.replace(folder / LEGACY_RECORD, folder / POINT_FILES[0])
+    with open(folder / POINT_FILES[0]) as f:
+        stored = json.load(f)[0]
+    # the run's own description (model, gpu, ...) is kept; swept keys come from the expansion
+    return {k: v for k, v in stored.items()
+            if k not in ("point", "variant", "stale") and "." not in k
+            and (k not in TOP_KEYS or k == "model")}
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_summaries(out: Path, records: list[dict]) -> None:
+    _atomic_text(out / "summary.json", records_json(records))
+    _atomic_text(out / "summary.csv", records_frame(records).to_csv(index=False))
+
+
+@dataclass
+class Plan:
+    todo: list                   # SweepPoints to simulate now
+    current: dict                # point key -> the provenance a result made now would have
+    stale: dict = field(default_factory=dict)  # point key -> why its stored result is stale
+    reuse_stale: bool = False    # stale points are kept (with a warning), not rerun
+
+    @property
+    def todo_keys(self) -> set:
+        return {sp.key for sp in self.todo}
+
+    def stale_counts(self) -> dict:
+        return dict(Counter(self.stale.values()).most_common())
+
+
+def plan_points(unique: list, pdir: Path, overwrite: bool, reuse_stale: bool) -> Plan:
+    """Which of the distinct points to run: those not stored, those stored from other inputs
+    (unless `reuse_stale`), and with `overwrite` every one."""
+    base = {"simserve_version": prov.simserve_version(), "code_hash": prov.code_hash()}
+    plan = Plan([], {}, reuse_stale=reuse_stale)
+    for sp in unique:
+        cur = {**base, "config_hash": sp.key, "traces": prov.trace_hashes(sp.cfg)}
+        plan.current[sp.key] = cur
+        folder = pdir / sp.key
+        if overwrite or not is_done(folder):
+            plan.todo.append(sp)
+            continue
+        why = prov.staleness(prov.read_json(folder / prov.POINT_PROVENANCE), cur)
+        if why is not None:
+            plan.stale[sp.key] = why
+            if not reuse_stale:
+                plan.todo.append(sp)
+    return plan
+
+
+class SummaryStore:
+    """The records of the points present, in expansion order, written after each point."""
+
+    def __init__(self, sweep, out: Path, plan: Plan, old_marker: dict | None):
+        self.sweep, self.out, self.plan, self.old = sweep, out, plan, old_marker
+        self.pdir = out / "points"
+        self._stored: dict[str, dict] = {}  # point key -> its record.json, read once
+        todo = plan.todo_keys
+        self.present = {sp.key for sp in sweep.unique() if sp.key not in todo}
+        first = sweep.points[0].key if sweep.points else ""
+        self.prov = {**{k: v for k, v in plan.current.get(first, {}).items()
+                        if k in ("simserve_version", "code_hash")},
+                     "config_hash": _grid_hash(plan.current),
+                     "traces": {n: h for c in plan.current.values()
+                                for n, h in c["traces"].items()}}
+
+    def done(self, sp) -> None:
+        self.present.add(sp.key)
+        self.write()
+
+    def records(self) -> list[dict]:
+        out = []
+        for sp in self.sweep.points:
+            if sp.key in self.present:
+                if sp.key not in self._stored:
+                    self._stored[sp.key] = stored_metrics(self.pdir, sp.key)
+                rec = {**sp.ident(), **self._stored[sp.key]}
+                if sp.key in self.plan.stale and sp.key not in self.plan.todo_keys:
+                    rec["stale"] = self.plan.stale[sp.key]
+                out.append(rec)
+        return out
+
+    def write(self, final: bool = False) -> list[dict]:
+        """summary.json, summary.csv, then the marker (`complete` once every point is in)."""
+        if self.old is not None and self.old.get("kind") != "sweep":  # taken over: --overwrite
+            for name in self.old.get("files", []):
+                if name not in SWEEP_FILES and prov.MARKER != name and "/" not in str(name):
+                    _remove_file(self.out / str(name))
+            self.old = None
+        self.out.mkdir(parents=True, exist_ok=True)
+        recs = self.records()
+        write_summaries(self.out, recs)
+        n_unique = len(self.plan.current)
+        prov.write_json_atomic(self.out / prov.MARKER, prov.marker(
+            "sweep", self.prov, list(SWEEP_FILES), complete=len(self.present) == n_unique,
+            points_done=len(self.present), points_total=n_unique,
+            stale_reused=sum(1 for k in self.plan.stale if k not in self.plan.todo_keys)))
+        return recs
+
+
+def _remove_file(path: Path) -> None:
+    import shutil
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _grid_hash(current: dict) -> str:
+    """sha256[:16] over the distinct points' config hashes (the grid, in any order)."""
+    return hashlib.sha256("\n".join(sorted(current)).encode()).hexdigest()[:16]
