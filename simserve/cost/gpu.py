@@ -259,7 +259,8 @@ class GpuCostModel:
         schedule it, prepare and launch it (piecewise CUDA graphs within the capture sizes,
         eager beyond: per layer), process the previous step's output. Decode-only steps
         replay one full graph and stay within the fitted per-step host work."""
-        c = self.loop_calls.get("piecewise" if num_tokens <= self.loop_graph_max else "eager")
+        calls = self.loop_calls or {}
+        c = calls.get("piecewise" if num_tokens <= self.loop_graph_max else "eager")
         if c is None:
             return 0.0
         return (float(c["schedule_us"]) + float(c["update_us"])
