@@ -110,8 +110,9 @@ def test_large_gpu_pool_gives_gpu_only_token_times():
     w = workload(np.cumsum(rng.exponential(0.2, n)), rng.integers(20, 1500, n),
                  rng.integers(1, 120, n))
     big = 60000
+    # the generic host path: vLLM's here (NEO's own, SwiftLLM's, is priced differently)
     neo = _neo(w, num_gpu_blocks_override=big, num_cpu_blocks_override=2 * big,
-               max_tokens_in_batch=65536, max_batch_size=4096)
+               max_tokens_in_batch=65536, max_batch_size=4096, host="generic")
     ref = simulate_point(w, MODEL, HW, "vllm", num_gpu_blocks_override=big,
                          max_num_batched_tokens=65536, max_num_seqs=4096)
     assert not neo.records.token_on_cpu.any()

@@ -20,14 +20,14 @@ import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
 from simserve.policies.base import EngineBase
-from simserve.sim.context import SimContext
-from simserve.sim.kv import BlockPool
-from simserve.sim.leap import largest_k, leap_ends
 from simserve.policies.neo.cpu_queue import CpuQueue
 from simserve.policies.neo.pcie import arrives_at, round_times
 from simserve.policies.neo.predictor import Predictor
 from simserve.policies.neo.scheduler import next_round
 from simserve.sim.clock import at
+from simserve.sim.context import SimContext
+from simserve.sim.kv import BlockPool
+from simserve.sim.leap import largest_k, leap_ends
 
 LEAP_CAP = 8192
 
@@ -44,17 +44,46 @@ def blocks_beyond(rooms: list[int], k: int, bs: int) -> int:
     return n
 
 
+class _PlusConstant:
+    """A GPU cost model's decode-only steps plus a constant host term per step (NEO's scan of
+    a stalled CPU queue while GPU decodes are leapt): each of the model's step prices, +
+    `extra_s`, the same floats as a stepped round's `step_s` + it."""
+
+    def __init__(self, cost, extra_s: float):
+        self.cost, self.extra_s = cost, extra_s
+        self.list_steps = cost.list_steps
+
+    def decode_only_s(self, num_decodes, ctx_sum, ctx_max=None):
+        return self.cost.decode_only_s(num_decodes, ctx_sum, ctx_max) + self.extra_s
+
+    def decode_steps_list(self, num_decodes, ctx_sum0, ctx_max0, k):
+        x = self.extra_s
+        return [d + x for d in self.cost.decode_steps_list(num_decodes, ctx_sum0, ctx_max0, k)]
+
+    def decode_steps_s(self, num_decodes, ctx_sum0, ctx_max0, k):
+        return self.cost.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k) + self.extra_s
+
+
 class NeoEngine(EngineBase):
     kind = "neo"
 
     def __init__(self, ctx: SimContext, cfg, gpu_cost: GpuCostModel, pred: Predictor,
-                 num_gpu_blocks: int, num_cpu_blocks: int, gpus: list[int]):
+                 num_gpu_blocks: int, num_cpu_blocks: int, gpus: list[int],
+                 pricing: Predictor | None = None, host=None):
+        """`pred` steers the decisions (NEO's table, or the oracle); `pricing`, an oracle
+        `Predictor`, prices the pipelined rounds (`pred` itself when None); `host`, a
+        `SwiftLLMHost` or None, adds NEO's per-iteration scan of the CPU queue."""
         self.ctx, self.cfg, self.cost, self.pred, self.gpus = ctx, cfg, gpu_cost, pred, gpus
+        self.pricing = pred if pricing is None else pricing
+        self.host = host
+        self.err_sum = self.err_max = 0.0   # |NEO's predicted − simulated| / simulated layers
+        self.err_n = 0
+        self.num_cpu_stalled = 0            # rounds in which host-resident decodes got no service
         self.block_size = cfg.block_size
         self.pool = self.gpu_pool = BlockPool("neo.gpu_kv", num_gpu_blocks, cfg.block_size)
         self.host_pool = BlockPool("neo.host_kv", num_cpu_blocks, cfg.block_size)
         # intermediate GPU blocks of Prefill-to-CPU prompts, held for the prefill's round only
-        # (NEO sizes them like the GPU pool; here they are not charged to GPU memory)
+        # (NEO sizes them like the GPU pool, in an extra KV layer: `itm_layer`)
         self.itm_pool = BlockPool("neo.itm_kv", num_gpu_blocks, cfg.block_size)
         self.host_blocks = np.zeros(ctx.table.n, dtype=np.int64)
         self.kv_token_bytes = ctx.model.kv_bytes_per_token_per_rank(cfg.tp)
@@ -119,6 +148,8 @@ class NeoEngine(EngineBase):
                     continue
             r = next_round(self)
             d = r.decision
+            if d.mode != "pipe" and r.cpu_queue:
+                self.num_cpu_stalled += 1          # GPU gating held the CPU queue back
             if d.mode == "none":
                 self.num_idle += 1
                 if self.ctx.source.next_index >= self.ctx.source.n:
@@ -133,7 +164,7 @@ class NeoEngine(EngineBase):
             start = self.clock
             pref = np.concatenate((r.pref_gpu, r.pref_cpu))
             if d.mode == "pipe":
-                dur, head, layer = self.pred.pipeline_s(d.b0, d.b1)
+                dur, head, layer = self.pricing.pipeline_s(self._true_b0(d.b0, pref), d.b1)
                 self.num_pipe += 1
             else:
                 plen = t.num_tokens[pref]
@@ -144,10 +175,15 @@ class NeoEngine(EngineBase):
                                    decode_ctx=t.num_tokens[r.gdec],
                                    decode_ctx_max=r.gdec_max if len(r.gdec) else None)
                 dur = self.cost.step_s(shape)
-                head = self.pred.head_us(len(pref) + len(r.gdec)) * 1e-6
-                layer = max(dur - head - self.pred.lm_us(shape.num_sample_rows) * 1e-6,
+                head = self.pricing.head_us(len(pref) + len(r.gdec), d.g.tokens) * 1e-6
+                layer = max(dur - head - self.pricing.lm_us(shape.num_sample_rows) * 1e-6,
                             0.0) / self.pred.L
                 self.num_gpu_only += 1
+            self._count_error(d, layer)
+            if self.host is not None and r.cpu_queue:
+                scan = self.host.scan_us(r.cpu_queue) * 1e-6   # NEO's loop over the CPU queue
+                dur += scan
+                head += scan
             rec = self.ctx.recorder
             rec.num_iterations += 1
             rec.num_steps_scheduled += 1
@@ -177,6 +213,28 @@ class NeoEngine(EngineBase):
                     swap_in_tokens=r.swap_in_tokens, kv_blocks_used=self.gpu_pool.num_used,
                     host_kv_blocks_used=self.host_pool.num_used)
             self._apply(r, pref)
+
+    def _true_b0(self, b0, pref: np.ndarray):
+        """b0 with its prefills' attention from the pricing model (the decision's sums are the
+        deciding predictor's)."""
+        if self.pricing is self.pred or not len(pref):
+            return b0
+        b = b0.copy()
+        b.pref_us = float(sum(self.pricing.pref(x) for x in self.ctx.table.num_tokens[pref].tolist()))
+        return b
+
+    def _count_error(self, d, layer_s: float) -> None:
+        """NEO's predicted GPU time of the round's layers (its t_pipe or t_seq) against the
+        simulated layers."""
+        p = self.pred
+        pred_us = p.L * (p.gpu_time(d.b0) + p.gpu_time(d.b1) if d.mode == "pipe"
+                         else p.gpu_time(d.g))
+        sim_us = layer_s * 1e6 * p.L
+        if sim_us > 0:
+            err = abs(pred_us - sim_us) / sim_us
+            self.err_sum += err
+            self.err_n += 1
+            self.err_max = max(self.err_max, err)
 
     def _round_events(self, r, start: float, dur: float, head: float, layer: float,
                       cp_tokens: int):
@@ -277,6 +335,8 @@ class NeoEngine(EngineBase):
             return False                       # the head would be swapped in
         if not cfg.use_cpu:
             return True
+        if not cfg.gpu_gating:
+            return False                       # ungated: every CPU decode runs
         cq = self.cpu_q.ids()
         clen = t.num_tokens[cq]
         fits = self.pred.alone_us(clen) <= self.pred.lin(B)
@@ -301,6 +361,9 @@ class NeoEngine(EngineBase):
 
         B = len(c)
         arrival = self.ctx.source.next_arrival_s
+        cost = self.cost
+        if self.host is not None and self.cfg.use_cpu and self.cpu_q:
+            cost = _PlusConstant(cost, self.host.scan_us(len(self.cpu_q)) * 1e-6)
         # the steps that start before the next arrival, priced as `decode_ends` prices them
         # and cut as `steps_before` cuts them (`leap_ends`: the same floats), and of those the
         # most whose KV fits. Cutting by the arrival first gives the same steps as cutting by
@@ -308,12 +371,12 @@ class NeoEngine(EngineBase):
         # kmax, and the KV cut is a threshold on k), and then the KV is checked on a few
         # steps instead of searched over all of them; with no arrival ahead, the KV first.
         if arrival < np.inf:
-            ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, kmax, arrival,
+            ends = leap_ends(cost, self.clock, B, sum(c) + B, max(c) + 1, kmax, arrival,
                              self._step_hint)
             k = largest_k(len(ends), fits)
         else:
             k = largest_k(kmax, fits)
-            ends = leap_ends(self.cost, self.clock, B, sum(c) + B, max(c) + 1, k, arrival,
+            ends = leap_ends(cost, self.clock, B, sum(c) + B, max(c) + 1, k, arrival,
                              self._step_hint) if k >= 2 else ()
             k = len(ends)
         if k < 2:
@@ -335,6 +398,8 @@ class NeoEngine(EngineBase):
         self.clock = ends[-1]
         self.ctx.recorder.num_iterations += k
         self.num_gpu_only += k
+        if self.cfg.use_cpu and self.cpu_q:
+            self.num_cpu_stalled += k
         done = t.emit_steps(ids, ends, g)      # emit_many of k - 1 steps, then emit
         if len(done):
             self._finish(done)
@@ -353,4 +418,9 @@ class NeoEngine(EngineBase):
                 "num_idle_rounds": self.num_idle, "num_swap_out": self.num_swap_out,
                 "num_swap_in": self.num_swap_in, "num_recompute_victims": self.num_recompute,
                 "num_cpu_tokens": self.cpu_tokens, "num_cpu_batches": self.num_cpu_batches,
-                "num_prefill_to_gpu": self.num_p2g, "num_prefill_to_cpu": self.num_p2c}
+                "num_prefill_to_gpu": self.num_p2g, "num_prefill_to_cpu": self.num_p2c,
+                "num_cpu_stalled_rounds": self.num_cpu_stalled,
+                "predictor_rounds": self.err_n,
+                "predictor_error_mean": self.err_sum / self.err_n if self.err_n else 0.0,
+                "predictor_error_max": self.err_max,
+                "predictor_beyond_table": self.pred.beyond()}

@@ -20,6 +20,13 @@ the CPU runs attention 1:
 
 where T_ca also carries the per-layer activation copies of the CPU rows over PCIe (q, k, v
 down, attention output up). The iteration adds the per-iteration host cost and the LM head.
+With NEO's host path (`stage_us` set, `cost/swiftllm_host.py`) one Python thread launches each
+stage's kernels and then runs that stage's CPU attention, so a stage lasts
+max(GPU work, stage launch + T_ca) and no separate launch floor applies.
+
+This class is the oracle: its four functions are the cost models at the exact shape. NEO's
+own table predictor (`neo/table.py`) overrides them for the decisions; the simulated-time
+methods here are always called on an oracle.
 """
 from __future__ import annotations
 
@@ -68,6 +75,8 @@ class Predictor:
         self.L = model.num_layers
         self.lnch_us = lnch_us
         self.h2d, self.d2h = h2d, d2h
+        self.stage_us: float | None = None   # NEO's host path: Python launch per stage (µs)
+        self.pipe_host_us = 0.0              # ... and a pipelined iteration's extra host work
         self._pref_us: dict[int, float] = {}
         self.lin_memo: dict[int, float] = {}     # `lin` by tokens, filled by `mode.decide`
         self._lm_us: dict[int, float] = {}
@@ -110,6 +119,10 @@ class Predictor:
 
     def cdec(self, n: int, ctx: int) -> float:
         return self._cdec(n, ctx) if n else 0.0
+
+    def beyond(self) -> int:
+        """Lookups past a table's last grid point (none: the oracle has no table)."""
+        return 0
 
     def cdec_positive(self):
         """`cdec` for n >= 1 as one plain callable (the decision loop calls it per candidate);
@@ -168,12 +181,20 @@ class Predictor:
                             if b0.n_gdec else 0.0)
         ca0 = self.cdec(b0.n_cdec, b0.cdec_ctx) + self.act_copy_us(b0.n_cdec)
         ca1 = self.cdec(b1.n_cdec, b1.cdec_ctx) + self.act_copy_us(b1.n_cdec)
+        py = self.stage_us
+        if py is not None:      # one Python thread: the stage's launches, then its CPU attention
+            ca0 += py
+            ca1 += py
         return (max(situ * (self.lin(b1.tokens) + ga0), ca0)
                 + max(situ * self.lin(b0.tokens), ca1))
 
-    def head_us(self, num_seqs: int) -> float:
-        """Per-iteration host cost before the first layer."""
-        return self.gpu.iter_us + self.gpu.per_seq_us * num_seqs
+    def head_us(self, num_seqs: int, num_tokens: int = 0) -> float:
+        """Per-iteration host cost before the first layer (per token only with a host path
+        that has one)."""
+        g = self.gpu
+        if g.per_token_us:
+            return g.iter_us + g.per_seq_us * num_seqs + g.per_token_us * num_tokens
+        return g.iter_us + g.per_seq_us * num_seqs
 
     def lm_us(self, rows: int) -> float:
         memo = self._lm_us
@@ -191,8 +212,11 @@ class Predictor:
         replayed from a captured CUDA graph, so no graph discount."""
         n = b0.num_reqs + b1.num_reqs
         layer = self.pipeline_layer_us(b0, b1)
-        layer = float(self.gpu.layers_us(b0.tokens + b1.tokens, layer, graphs=False,
-                                         launches=2.0)) / self.L
-        head = self.head_us(n)
+        if self.stage_us is None:
+            layer = float(self.gpu.layers_us(b0.tokens + b1.tokens, layer, graphs=False,
+                                             launches=2.0)) / self.L
+            head = self.head_us(n)
+        else:
+            head = self.head_us(n, b0.tokens + b1.tokens) + self.pipe_host_us
         lm = self.lm_us(n) * self.gpu.in_situ(b0.tokens + b1.tokens)
         return (head + self.L * layer + lm) * 1e-6, head * 1e-6, layer * 1e-6
