@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -35,9 +36,20 @@ SKIP = bool(os.environ.get("SIMSERVE_NO_COMPILE"))
 OUT = ("simserve", PLAN.OUT_DIR)  # the compiled copies' folder, from the package's parent
 
 
+def _say(msg: str) -> None:
+    """To stderr, and to the terminal too: pip shows a build's output only with -v, and a
+    user waiting minutes for the compile, or getting a slower pure-Python install, should
+    see it."""
+    print(msg, file=sys.stderr, flush=True)
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(msg + "\n")
+    except OSError:  # no terminal (CI): stderr, and `simserve --version`, say it
+        pass
+
+
 def _warn(msg: str) -> None:
-    print(f"simserve build: {msg}; installing pure Python (the same results, slower)",
-          file=sys.stderr)
+    _say(f"simserve build: WARNING: {msg}; installing pure Python (the same results, slower)")
 
 
 class BuildCompiled(build_ext):
@@ -54,6 +66,7 @@ class BuildCompiled(build_ext):
             _warn("Cython is not installed")
             self._compile = False
         if not self._compile:
+            self._why = "SIMSERVE_NO_COMPILE is set" if SKIP else "Cython is not installed"
             self.extensions = []
             return
         self.cython_directives = dict(PLAN.DIRECTIVES)
@@ -63,19 +76,77 @@ class BuildCompiled(build_ext):
 
     def run(self):
         if not self._compile:
+            self._record_failure(getattr(self, "_why", "nothing to compile"))
             return
+        every = self.extensions
+        reused = self._reuse_in_tree()
+        self.extensions = [e for e in every if e.name not in reused]
+        if reused:
+            _say(f"simserve build: reusing {len(reused)} compiled hot modules of "
+                 "simserve/_compiled/ (built from these same sources)")
+        try:
+            if self.extensions:
+                self._compile_rest()
+        except Exception as e:  # no C compiler, a compile or link error: pure Python
+            why = f"compiling the hot modules failed ({type(e).__name__}: {e})"
+            _warn(why)
+            self._compile = False
+            self._record_failure(why)
+            return
+        finally:
+            self.extensions = every
+        self._write_manifest()
+        self._forget_failure()
+
+    def _compile_rest(self) -> None:
+        _say(f"simserve build: compiling {len(self.extensions)} hot modules with Cython "
+             f"({self.parallel} jobs; about 3 CPU-minutes for all of them)")
         if self.inplace:  # the editable install's copies go to folders that may not exist yet
             build_py = self.get_finalized_command("build_py")
             for ext in self.extensions:
                 os.makedirs(os.path.dirname(self._get_inplace_equivalent(build_py, ext)[0]),
                             exist_ok=True)
+        super().run()
+        _say("simserve build: compiled the hot modules")
+
+    def _forget_failure(self) -> None:
+        """A failure recorded by an earlier build is gone."""
+        for d in self._out_dirs():
+            (d / PLAN.BUILD_FAILED).unlink(missing_ok=True)
+
+    def _reuse_in_tree(self) -> set[str]:
+        """One compile per checkout: the modules whose copy in simserve/_compiled/ (an
+        editable install's) was built by this Cython with these directives from a source
+        whose sha256 is unchanged are copied into the build instead of compiled again."""
+        src = HERE / "simserve" / PLAN.OUT_DIR
         try:
-            super().run()
-        except Exception as e:  # no C compiler, a compile or link error: pure Python
-            _warn(f"compiling the hot modules failed ({type(e).__name__}: {e})")
-            self._compile = False
-            return
-        self._write_manifest()
+            man = json.loads((src / PLAN.MANIFEST).read_text())
+            from Cython import __version__ as cython_version
+        except (OSError, ValueError, ImportError):
+            return set()
+        if man.get("cython") != cython_version or man.get("directives") != PLAN.DIRECTIVES:
+            return set()
+        reused = set()
+        dest = Path(self.build_lib).joinpath(*OUT)
+        for ext in self.extensions:
+            entry = man.get("modules", {}).get(ext.name) or {}
+            rel = PLAN.compiled_relpath(ext.name, _suffix(self._rel(ext.name)))
+            if entry.get("file") != rel or not (src / rel).is_file() or entry.get("sha256") \
+                    != PLAN.source_sha256(PLAN.source_path(ext.name, HERE / "simserve")):
+                continue
+            if (dest / rel).resolve() != (src / rel).resolve():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / rel, dest / rel)
+            reused.add(ext.name)
+        return reused
+
+    def _record_failure(self, why: str) -> None:
+        """simserve/_compiled/BUILD_FAILED: `simserve --version` reports it. The build
+        folder's compiled copies of an earlier build go (they would ship beside it)."""
+        shutil.rmtree(Path(self.build_lib).joinpath(*OUT), ignore_errors=True)
+        for d in self._out_dirs():
+            d.mkdir(parents=True, exist_ok=True)
+            (d / PLAN.BUILD_FAILED).write_text(why.splitlines()[0][:300] + "\n")
 
     def _rel(self, ext_name: str) -> str:
         """simserve/_compiled/<sub-path>/<module><suffix>: never beside the .py it would
@@ -120,8 +191,8 @@ class BuildCompiled(build_ext):
 
     def get_outputs(self):
         outs = super().get_outputs()
-        if self._compile:
-            outs.append(str(Path(self.build_lib).joinpath(*OUT, PLAN.MANIFEST)))
+        name = PLAN.MANIFEST if self._compile else PLAN.BUILD_FAILED
+        outs.append(str(Path(self.build_lib).joinpath(*OUT, name)))
         return outs
 
 

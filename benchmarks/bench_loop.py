@@ -69,7 +69,6 @@ def one(label: str, repeat: int) -> dict:
     from simserve.runner.config import parse_experiment
     from simserve.runner.point import make_workload
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
-    from simserve.policies import make_config
     from simserve.run import simulate_point
 
     policy, s, params = CASES[label]

@@ -21,9 +21,14 @@ RATES = [4, 12, 20] if FAST else [2, 4, 8, 12, 16, 20, 24]"""
 WHAT_IF = [
     ("md", "# What if? Serving designs and hardware, side by side\n\n"
            "Every cell uses the public API (`simserve.simulate`, `simserve.run_experiment`). "
-           "Set `SIMSERVE_NOTEBOOK_FAST=1` for a quick run. The CPU-offloading and multi-GPU "
-           "designs (NEO, DualPace, ConfluxServe and its baselines) join these comparisons as "
-           "their policies land; the questions below use the policies available today."),
+           "Set `SIMSERVE_NOTEBOOK_FAST=1` for a quick run. The questions below compare the "
+           "single-GPU batching policies; the CPU-offloading designs (NEO, DualPace: a host "
+           "CPU beside the GPU) and the multi-GPU ones (ConfluxServe and its baselines "
+           "LoongServe, MuxWise, DistServe) are policies too, named the same way in "
+           "`policies:` (`simserve policies` lists every one and its options; "
+           "`docs/reproductions/` runs them on the papers' deployments). "
+           "`pip install 'simserve[notebooks]'` brings JupyterLab and ipywidgets, which draw "
+           "the progress bars of long points."),
     ("code", SETUP),
     ("md", "## Which batching policy wins for this trace and SLO?\n\n"
            "vLLM V1 chunked prefill with two token budgets against Sarathi-Serve on "

@@ -18,6 +18,7 @@ _install_finder()  # the hot modules' compiled copies, while fresh (simserve/com
 _LAZY = {
     "simulate": "simserve.api:simulate",
     "run_experiment": "simserve.api:run_experiment",
+    "load_results": "simserve.api:load_results",
     "load_experiment": "simserve.runner.config:load_experiment",
     "parse_experiment": "simserve.runner.config:parse_experiment",
     "simulate_point": "simserve.run:simulate_point",
@@ -25,6 +26,7 @@ _LAZY = {
     "Workload": "simserve.workload.spec:Workload",
     "SimserveError": "simserve.errors:SimserveError",
     "ConfigError": "simserve.errors:ConfigError",
+    "plan": "simserve.plan:callable_module",   # simserve.plan(...) runs a plan
 }
 
 __all__ = ["__version__", *_LAZY]

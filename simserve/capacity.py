@@ -36,7 +36,7 @@ def _metric_keys() -> tuple[str, ...]:
     z, i = np.zeros(0), np.zeros(0, dtype=np.int64)
     empty = RequestRecords(z, i, i, z, z, np.zeros(1, dtype=np.int64), z, i)
     return ("num_requests", "num_capped", "num_dropped", "prefix_cache_hit_rate",
-            "prefix_cache_saved_tokens", *summarize(empty, SLO(1, 1)))
+            "prefix_cache_saved_tokens", *summarize(empty, SLO(1, 1)))  # per-token form
 
 
 METRIC_KEYS = _metric_keys()
@@ -48,7 +48,7 @@ ID_KEYS = ("request_rate", "seed", "point", "workload.rates", "workload.rate", "
            "counters")   # a CPU-tier policy's mechanism counts differ per point
 HIGHER_IS_BETTER = ("slo_attainment", "keep_up_ratio")  # fall as the rate grows: targets use >=
 # The goodput the paper tables use: 95 % attainment AND keeping up with the offered work
-# (issue 13 §6); plain 95 % attainment is reported beside it.
+# (docs/metrics.md, "Sustained goodput"); plain 95 % attainment is reported beside it.
 SUSTAINED_GOODPUT = "slo_attainment>=0.95 & keep_up_ratio>=0.95"
 # DualPace's four latency targets (§6.1) and ConfluxServe's 95 % attainment, plain and sustained.
 DEFAULT_TARGETS = ("mean_normalized_latency_s<=1", "p99_ttft_ms<=5000", "p99_itl_ms<=1500",
@@ -125,14 +125,20 @@ def parse_target(expr: str) -> Target:
 
 
 def load_records(path: str | Path) -> list[dict]:
-    """The records of a results folder (its summary.json) or of a summary.json file."""
+    """The records of a results folder (its summary.json) or of a summary.json file: a JSON
+    list of records, or one JSON object per line (`simserve run --summary-format vllm`, as
+    `vllm bench serve --append-result` writes them)."""
     p = Path(path)
     f = p / "summary.json" if p.is_dir() else p
     if not f.exists():
         hint = " (a results folder needs summary.json)" if p.is_dir() else ""
         raise SimserveError(f"{f}: no such file{hint}")
     try:
-        recs = json.loads(f.read_text())
+        text = f.read_text()
+        try:
+            recs = json.loads(text)
+        except json.JSONDecodeError:
+            recs = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SimserveError(f"{f}: not a JSON summary: {exc}") from None
     if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):
@@ -195,9 +201,24 @@ class Curve:
         return group_label(self.group)
 
 
+def as_records(records) -> list[dict]:
+    """Run records from a list of dicts, or from the DataFrame `simserve.run_experiment` or
+    `simserve.load_results` returns (a field a row lacks reads as absent, not as NaN; metric
+    values stay NaN where nothing was measurable)."""
+    if hasattr(records, "to_dict"):
+        rows = records.to_dict("records")
+        return [{k: v for k, v in r.items()
+                 if k in METRIC_KEYS or not (isinstance(v, float) and v != v)} for r in rows]
+    if isinstance(records, (str, bytes)) or not all(isinstance(r, dict) for r in records):
+        raise SimserveError("records: expected run records (a list of dicts or the DataFrame "
+                            "run_experiment returns)")
+    return list(records)
+
+
 def rate_curves(records: list[dict], metric: str) -> list[Curve]:
     """Per group: the metric at each measured rate, averaged over seeds (NaN if any seed is
     NaN: a seed where nothing was measurable counts as failing)."""
+    records = as_records(records)
     if not any(metric in r for r in records):
         extra = (" (the experiment has no slo:, so nothing measured attainment)"
                  if metric in ("slo_attainment", "request_goodput", "slo_goodput") else "")
@@ -268,7 +289,11 @@ def capacity_from_curve(rates, values, target: Target) -> tuple[float, bool]:
 
 def grid_capacity(records: list[dict], targets: list[Target]) -> list[Capacity]:
     """For each target, each group's sustainable rate from its measured (seed-mean) curve; for
-    `A & B`, the first rate where either fails (`metrics.first_failure`)."""
+    `A & B`, the first rate where either fails (`metrics.first_failure`). `records`: a list
+    of dicts or the DataFrame `run_experiment` returns; a target may be written as text,
+    "p99_ttft_ms<=500"."""
+    records = as_records(records)
+    targets = [parse_target(t) if isinstance(t, str) else t for t in targets]
     out = []
     for t in targets:
         curves = [rate_curves(records, p.metric) for p in t.parts]

@@ -33,8 +33,12 @@ COMMANDS = {
                 "simserve.runner.regress_cli"),
     "validate": ("real executor vs cost model (iterations, replay)",
                  "simserve.realcheck.cli"),
+    "check-policy": ("run a policy leap vs step (and compiled vs source) on a small "
+                     "workload; check its tokens", "simserve.policy_check"),
     "cache": ("the disk cache of parsed profiles and traces: info, clear",
               "simserve.cache_cli"),
+    "plan": ("the cheapest deployment (GPUs, design, knobs, router) that meets an SLO",
+             "simserve.plan.cli"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(mod for _, mod in COMMANDS.values()))
 

@@ -45,10 +45,11 @@ MODULES = (
     # 5-10 % faster (benchmarks/results/loop-compiled-20261202.txt): left out, for build time.
     "simserve.policies.queues", "simserve.policies.sarathi", "simserve.policies.sp_leap",
     "simserve.policies.sp_ranks", "simserve.policies.vllm", "simserve.policies.vllm_engine",
-    "simserve.policies.vllm_leap",
+    "simserve.policies.vllm_intake", "simserve.policies.vllm_kv", "simserve.policies.vllm_leap",
+    "simserve.policies.vllm_leaper", "simserve.policies.vllm_scheduler",
     "simserve.policies.conflux.dispatch", "simserve.policies.conflux.engine",
     "simserve.policies.conflux.leap", "simserve.policies.conflux.plan",
-    "simserve.policies.muxwise.engine", "simserve.policies.muxwise.share_cost",
+    "simserve.policies.muxwise.engine", "simserve.cost.mux_share",
     "simserve.policies.dualpace.assist", "simserve.policies.dualpace.copies",
     "simserve.policies.dualpace.cpu_engine", "simserve.policies.dualpace.gpu_engine",
     "simserve.policies.dualpace.gpu_leap", "simserve.policies.dualpace.gpu_schedule",
@@ -172,4 +173,21 @@ def summary() -> str:
     s = status()
     n = sum(v == "compiled" for v in s.values())
     other = sorted({v for v in s.values() if v != "compiled"})
-    return f"compiled modules: {n}/{len(s)}" + (f" (others {', '.join(other)})" if other else "")
+    line = f"compiled modules: {n}/{len(s)}" + (f" (others {', '.join(other)})" if other else "")
+    if n == 0:
+        failed = build_failure()
+        line = "pure Python; " + line + (f"; not compiled at install: {failed}" if failed
+                                         else "")
+    return line
+
+
+BUILD_FAILED = "BUILD_FAILED"  # written into OUT_DIR by setup.py when compiling fails
+
+
+def build_failure(package_dir: Path | None = None) -> str | None:
+    """Why the install's compile failed, as setup.py recorded it, or None."""
+    path = (package_dir or Path(__file__).resolve().parent) / OUT_DIR / BUILD_FAILED
+    try:
+        return path.read_text().strip() or "no reason recorded"
+    except OSError:
+        return None

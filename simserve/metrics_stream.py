@@ -41,7 +41,7 @@ class ChunkDigest:
             self._parts[k].append(d[k])
         met = None
         if self.slo is not None:
-            met = _slo_met(rec, self.slo, d["finished"])
+            met = _slo_met(rec, self.slo, d["finished"], d)
             self._parts["met"].append(met)
         v, c = np.unique(d["itl"], return_counts=True)
         self._gaps.append((v, c))

@@ -93,9 +93,8 @@ def _plain_log_ticks(ax) -> None:
 
 
 def _records(records) -> list[dict]:
-    if hasattr(records, "to_dict"):
-        return records.to_dict("records")
-    return list(records)
+    from simserve.capacity import as_records
+    return as_records(records)
 
 
 def group_styles(labels) -> dict:

@@ -81,6 +81,27 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         if bar is not None and progress is True:
             bar.close()
     rec = ctx.recorder
+    stats = _stats(ctx, dep, wall0)
+    if table.num_finished != table.n:
+        left = np.flatnonzero(np.isnan(table.finish[table.num_retired:])) + table.num_retired
+        r = int(left[0]) if len(left) else -1
+        raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
+                           f"requests (a policy stalled); the first, request {r}, has "
+                           f"{int(table.generated[r])} of {int(table.output[r])} tokens")
+    if trace is not None:
+        if stream is None:
+            trace.request_spans(table)
+        if not isinstance(trace_events, TraceEvents):
+            trace.write(trace_events)
+    if stream is not None:
+        table.retire(table.n)
+        return SimResult(None, rec, stats, trace)
+    return SimResult(table.records(), rec, stats, trace)
+
+
+def _stats(ctx: SimContext, dep, wall0: float) -> dict:
+    """The run's stats: the engines' and the policy's, counts, KV pools, counters."""
+    env, table, rec = ctx.env, ctx.table, ctx.recorder
     stats = dict(ctx.stats)
     stats["engines"] = dep.engine_stats
     stats.update(dep.stats)
@@ -105,18 +126,7 @@ def simulate_point(workload: Workload, model: ModelSpec | str, hardware: Hardwar
         from simserve.sim.prefix_cache import summarize_prefix_cache
         stats["prefix_cache"] = pcs
         stats["prefix_cache_summary"] = summarize_prefix_cache(pcs)
-    if table.num_finished != table.n:
-        raise RuntimeError(f"simulation ended with {table.n - table.num_finished} unfinished "
-                           "requests (a policy stalled)")
-    if trace is not None:
-        if stream is None:
-            trace.request_spans(table)
-        if not isinstance(trace_events, TraceEvents):
-            trace.write(trace_events)
-    if stream is not None:
-        table.retire(table.n)
-        return SimResult(None, rec, stats, trace)
-    return SimResult(table.records(), rec, stats, trace)
+    return stats
 
 
 def collect_counters(engines, num_output_tokens: int) -> dict:
@@ -125,10 +135,7 @@ def collect_counters(engines, num_output_tokens: int) -> dict:
     engines report `num_cpu_tokens`."""
     out: dict = {}
     for e in engines:
-        fn = getattr(e, "counters", None)   # an engine outside the contract may have none
-        if not callable(fn):
-            continue
-        for k, v in fn().items():
+        for k, v in e.counters().items():
             out[k] = out.get(k, 0) + v
     if "num_cpu_tokens" in out:
         out["cpu_token_share"] = out["num_cpu_tokens"] / num_output_tokens \
@@ -155,7 +162,7 @@ def _tick(env: simpy.Environment, table: RequestTable, bar, scheduled: np.ndarra
     span = float(scheduled[-1] - scheduled[0]) if len(scheduled) else 0.0
     dt = max(span / 2000, 0.05)
     shown = 0
-    while table.num_finished < table.n and env._queue:
+    while table.num_finished < table.n and env.peek() < float("inf"):
         yield env.timeout(dt)
         if table.num_finished != shown:
             bar.update(table.num_finished - shown)

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from simserve.cli import main
+from tests.traces import trace_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("SIMSERVE_TRACE_DIR", REPO.parent / "shared" / "traces"))
 
 SMALL = """\
 name: small
@@ -117,10 +116,9 @@ def test_request_longer_than_kv_pool_is_refused(tmp_path, capsys):
     assert "KV" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (TRACES / "AzureLLMInferenceTrace_conv.csv").exists(),
-                    reason="shared traces not present")
+@pytest.mark.traces
 def test_manifest_trace_name_resolves_under_trace_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("SIMSERVE_TRACE_DIR", str(TRACES))
+    monkeypatch.setenv("SIMSERVE_TRACE_DIR", str(trace_or_skip("azure-conv").parent))
     cfg = _write(tmp_path, SMALL.replace("synthetic-conversation", "azure-conv"))
     assert main(["run", str(cfg), "--out", str(tmp_path / "o"), "-q",
                  "--set", "workload.rates=[4]", "--set", "workload.num_requests=100"]) == 0

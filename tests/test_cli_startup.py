@@ -78,7 +78,8 @@ def test_version_and_dir(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["--version"])
     assert e.value.code == 0 and re.fullmatch(
-        rf"simserve {re.escape(v)} \(compiled modules: \d+/\d+( \(others [a-z, ]+\))?\)",
+        rf"simserve {re.escape(v)} \((pure Python; )?compiled modules: \d+/\d+"
+        rf"( \(others [a-z, ]+\))?(; not compiled at install: .+)?\)",
         capsys.readouterr().out.strip())
     names = dir(simserve)
     for name in simserve.__all__:

@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from simserve.models import get_model
+from simserve.policies.base import EngineBase
 from simserve.run import collect_counters, simulate_point
 from simserve.runner.config import load_experiment
 from simserve.runner.point import make_workload, run_experiment_config
@@ -64,21 +66,23 @@ def test_vllm_points_carry_no_counters(tmp_path):
     assert "counters" not in recs[0]
 
 
-def test_collect_counters_sums_per_key_and_skips_engines_without_them():
-    class E:
+def test_collect_counters_sums_per_key_through_the_contract():
+    class E(EngineBase):
         def __init__(self, **c):
             self.c = c
 
         def counters(self):
             return self.c
 
-    class NoCounters:
-        counters = {"num_cpu_tokens": 99}     # a dict attribute, not the hook
+    class NoCounters(EngineBase):  # the contract's default: no counters
+        pass
 
     got = collect_counters([E(num_cpu_tokens=3, num_swap_out=1), E(num_cpu_tokens=2),
-                            NoCounters(), object()], num_output_tokens=20)
+                            NoCounters()], num_output_tokens=20)
     assert got == {"num_cpu_tokens": 5, "num_swap_out": 1, "cpu_token_share": 0.25}
-    assert collect_counters([object()], 10) == {}
+    assert collect_counters([NoCounters()], 10) == {}
+    with pytest.raises(AttributeError):  # an engine outside the contract is not probed
+        collect_counters([object()], 10)
 
 
 def test_neo_counters_match_the_tokens_the_table_marks_on_cpu():

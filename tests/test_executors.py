@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import simserve
-from simserve.cli import main
 from tests.sweep_helpers import pinned_date  # noqa: F401 (autouse fixture)
 from tests.sweep_helpers import sweep as _sweep, tree as _tree
 from simserve.errors import SimserveError
@@ -91,6 +90,14 @@ def test_the_setup_really_hides_the_submitters_files(project, tmp_path):
     assert res.returncode != 0 and "not on this worker's machine" in res.stderr
 
 
+# A cluster that never comes up (a loaded 2-core machine) must fail the run, not hang it: the
+# thread method also stops a test blocked inside the engine's C code (it ends the process,
+# printing every thread's stack).
+CLUSTER_TIMEOUT = pytest.mark.timeout(240, method="thread")
+
+
+@pytest.mark.slow
+@CLUSTER_TIMEOUT
 def test_dask_workers_elsewhere_match_local(project, tmp_path):
     """The workers join after the sweep has started and after the client's timeout (as a batch
     system's jobs start late): the sweep waits for them."""
@@ -106,10 +113,13 @@ def test_dask_workers_elsewhere_match_local(project, tmp_path):
             sweep_run.run_sweep(load_sweep(project / "sweep.yaml"), tmp_path / "d",
                                 executor="dask", client=client, progress=False)
         finally:
+            late.cancel()  # the sweep failed before the workers were due: never scale
             late.join()
     assert _tree(tmp_path / "d") == _tree(project / "local")
 
 
+@pytest.mark.slow
+@CLUSTER_TIMEOUT
 def test_ray_workers_elsewhere_match_local(project, tmp_path):
     ray = pytest.importorskip("ray")
     code = elsewhere_setup(str(project), str(tmp_path))
@@ -164,3 +174,19 @@ def test_unreachable_ray_cluster_is_one_line(project, tmp_path, capsys):
 def test_an_option_of_the_other_engine_is_refused(project, tmp_path, capsys, args, needle):
     assert _sweep([project / "sweep.yaml", "--out", tmp_path / "o", *args]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_resolved_hardware_pickles_after_a_run():
+    """A sweep sends resolved hardware to Dask and Ray workers; the pricing closures cached
+    on it by a run (compiled, they do not pickle at all; this test's plain pickle refuses
+    them from source too) must not go with it, or Dask waits forever for the inputs."""
+    import pickle
+
+    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    from simserve.run import simulate_point
+    from tests.helpers import workload
+    hw = resolve_hardware(HardwareConfig(gpu="h100-sxm"))
+    simulate_point(workload([0.0, 0.1], [3000, 500], [4, 4]), "llama-3.1-8b", hw, "vllm")
+    again = pickle.loads(pickle.dumps(hw))
+    r = simulate_point(workload([0.0, 0.1], [3000, 500], [4, 4]), "llama-3.1-8b", again, "vllm")
+    assert r.records.finish_s.max() > 0

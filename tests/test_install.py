@@ -69,7 +69,8 @@ def test_profiles_and_manifest_come_from_the_package_not_the_repository(installe
                         installed / "home/.cache/simserve/hwprofiles"]
     assert {"h100-sxm", "h200-sxm", "xeon-emr", "pcie5-x16", "nvlink4"} <= set(available_profiles())
     assert MANIFEST_PATH.is_relative_to(paths.PACKAGE_DIR) and "azure-conv" in load_manifest()
-    assert not any("shared" in str(d) for d in trace_dirs())  # ../shared is a checkout's only
+    checkout_traces = paths.REPO_ROOT.parent / "shared" / "traces"
+    assert checkout_traces not in trace_dirs()  # ../shared is a checkout's only
     assert paths.profile_write_dir() == installed / "home/.config/simserve/hwprofiles"
     assert main(["profiles", "list"]) == 0
     out = capsys.readouterr().out

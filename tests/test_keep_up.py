@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from simserve.capacity import SUSTAINED_GOODPUT, grid_capacity, parse_target

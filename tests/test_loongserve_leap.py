@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import simserve.policies.loongserve.engine as loong
 from simserve.cost.sp import SpCostModel
-from simserve.policies.loongserve.cost import LoongCostModel
+from simserve.cost.loong import LoongCostModel
 from simserve.policies.loongserve.steps import StepTimes
 from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests

@@ -84,6 +84,20 @@ def test_decode_steps_list_matches_the_array_path(gpu, graphs, B, mean, spread, 
 
 
 @settings(max_examples=200, deadline=None)
+@given(gpu=st.sampled_from(sorted(_HW)), graphs=st.booleans(), B=st.integers(1, 300),
+       mean=st.integers(0, 20000), spread=st.integers(0, 10000), k=st.integers(1, 120),
+       scheduling=st.sampled_from([None, "sync", "async"]))
+def test_decode_steps_are_the_reference_steps_whatever_form_it_picks(gpu, graphs, B, mean,
+                                                                      spread, k, scheduling):
+    # the one function callers use against its oracle, one decode_only_s per step
+    cost = _cost(gpu, graphs, scheduling)
+    s0 = B * mean + (spread % B if B > 1 else 0)
+    m0 = -(-s0 // B) + (spread if B > 1 else 0)
+    got = cost.decode_steps(B, s0, m0, k)
+    assert got == [cost.decode_only_s(B, s0 + B * j, m0 + j) for j in range(k)]
+
+
+@settings(max_examples=200, deadline=None)
 @given(gpu=st.sampled_from(sorted(_HW)), c=st.lists(st.integers(0, 20000), min_size=1, max_size=40),
        kmax=st.integers(1, 600), clock=st.floats(0.0, 1e4), gap=st.floats(0.0, 20.0),
        hint=st.sampled_from([0.0, 1e-4, 0.01, 0.05, 1.0]))

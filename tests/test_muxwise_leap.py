@@ -14,7 +14,7 @@ from simserve.cost import GpuCostModel
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies.muxwise.engine import MuxWiseEngine
-from simserve.policies.muxwise.share_cost import MuxShareCost
+from simserve.cost.mux_share import MuxShareCost
 from simserve.cost.smshare import SmShareCost
 from simserve.run import simulate_point
 from tests.helpers import assert_run_complete, requests

@@ -14,6 +14,7 @@ from simserve.sim.kv import KVOvercommitError, PrefixCachingBlockPool
 from simserve.sim.prefix_cache import BlockHasher
 from simserve.sim.requests import RequestTable
 from simserve.run import simulate_point
+from tests.traces import needs_trace
 from tests.helpers import H100, assert_every_token_in_order, workload
 
 
@@ -222,7 +223,7 @@ def test_engine_frees_tail_first_so_an_eviction_keeps_the_shared_head():
                 min_size=1, max_size=12), st.data())
 def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entries, data):
     # A leap of a vLLM engine may allocate free_ahead(...) blocks while the waiting head's
-    # cached hits survive (vllm_engine._leap_state): allocating that many must evict none of
+    # cached hits survive (ChunkedScheduler.leap_bound): allocating that many must evict none of
     # them, and one more block must evict one (when any is in the free queue).
     import copy
     p = PrefixCachingBlockPool("t", 64)
@@ -254,10 +255,11 @@ def test_free_ahead_counts_the_blocks_allocate_takes_before_evicting_a_hit(entri
         assert not hits_intact(q)
 
 
+@needs_trace("azure-conv")
 def test_kv_bound_waiting_head_leaps_exactly_on_a_tight_pool():
     # DualPace Fig. 9a's vLLM baseline (RTX 4090: 24 GB, preemptions): the waiting head is
     # blocked by its new blocks plus its cached (preempted, private) hits in the free queue,
-    # while decodes evict those hits; the engine leaps through it (vllm_engine._leap_state)
+    # while decodes evict those hits; the engine leaps through it (ChunkedScheduler.leap_bound)
     # and must equal stepping.
     from simserve.hardware.setup import HardwareConfig, resolve_hardware
     from simserve.workload.build import build_workload

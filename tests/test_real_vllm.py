@@ -3,7 +3,6 @@ a change to the cost model, the host path or a profile that moves simserve away 
 engine fails here. Thresholds sit just above today's errors (validation/vllm-h200/README.md)."""
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -155,3 +154,16 @@ def test_accuracy_lines_say_which_host_path_a_figure_used():
     assert "generic host overheads" in lines[1]
     assert "carried over from h200-sxm" in lines[2] and "not validated on h100-sxm" in lines[2]
     assert "never run here" in lines[3]
+
+
+def test_score_command_reports_the_readmes_run_sets(scored):
+    """`simserve validate serve --score` prints the mean errors of the sets README.md's table
+    reports (the defaults without Mooncake r4, the held-out runs), then of every run."""
+    from simserve.realcheck.serve_score import set_errors, set_table
+    rows, _ = scored
+    sets = set_errors(rows)
+    assert [n for _, n, _ in sets[:2]] == [37, 24]
+    default = _mean_err([r for r in rows if r["server"] in DEFAULT])
+    assert sets[0][2] == pytest.approx(default)
+    assert sets[0][0].startswith("vLLM defaults, Mooncake r4 left out")
+    assert "every stored run" in set_table(rows)

@@ -107,7 +107,8 @@ def test_sarathi_decodes_go_before_partial_prefills_in_the_budget():
     w = workload([0, 0], [1000, 32], [2, 10])
     t, (e,) = engines_for(w, "sarathi", max_num_batched_tokens=64, num_gpu_blocks_override=200)
     _as_running(t, e, 0, 0, computed=128)
-    t.blocks[0] = 63; e.pool.allocate(63 - 8)        # whole prompt reserved at admission
+    t.blocks[0] = 63                                 # whole prompt reserved at admission
+    e.pool.allocate(63 - 8)
     _as_running(t, e, 1, 1)
     ids, n = e._schedule()
     assert dict(zip(_ints(ids), _ints(n))) == {1: 1, 0: 63}

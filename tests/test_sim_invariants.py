@@ -102,7 +102,7 @@ def replica_scenarios(draw):
 def test_replicas_leap_past_each_others_arrivals_exactly(sc):
     # Behind the least-loaded router a replica's leap is not stopped by arrivals that go to
     # other replicas; one that reaches it cuts the leap where stepping would have seen it, and
-    # the router sees the leap's finishes no earlier than stepping (`ChunkedEngine._cut_leap`).
+    # the router sees the leap's finishes no earlier than stepping (`ChunkedEngine.load`).
     # h200-sxm carries vLLM's measured front end (a cut commits the steps that ended before
     # the arrival), h100-sxm the generic engine (the step in flight stays pending).
     from simserve.hardware.setup import HardwareConfig, resolve_hardware

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from simserve.cli import main
 from tests.sweep_helpers import pinned_date  # noqa: F401 (autouse fixture)
 from tests.sweep_helpers import sweep as _sweep, tree as _tree
-from simserve.errors import ConfigError, SimserveError
-from simserve.runner import sweep_run, sweep_task
+from simserve.errors import ConfigError
+from simserve.runner import sweep_task
 from simserve.runner.sweep import axis_values, load_sweep
 
 SMALL = """\

@@ -11,13 +11,14 @@ import pytest
 
 from simserve.hardware.setup import HardwareConfig
 from simserve.policies.vllm_engine import ChunkedEngine
+from simserve.policies.vllm_leaper import Leaper
 from simserve.run import simulate_point
 from simserve.workload.spec import Workload
 
 
 def _trace(monkeypatch):
     steps, reached = [], {}
-    shape, arrive = ChunkedEngine._shape, ChunkedEngine._arrive
+    shape, arrive = ChunkedEngine._shape, ChunkedEngine.arrive
 
     def rec_shape(self, ids, n):
         steps.append((self.clock, {int(r) for r in ids}))
@@ -28,7 +29,7 @@ def _trace(monkeypatch):
         return arrive(self, rid)
 
     monkeypatch.setattr(ChunkedEngine, "_shape", rec_shape)
-    monkeypatch.setattr(ChunkedEngine, "_arrive", rec_arrive)
+    monkeypatch.setattr(ChunkedEngine, "arrive", rec_arrive)
     return steps, reached
 
 
@@ -71,16 +72,16 @@ def test_an_idle_engine_schedules_a_new_request_at_once(monkeypatch):
 def test_a_leap_goes_on_through_the_step_scheduled_before_a_request_reached_it(
         monkeypatch, prefix_caching):
     # Under async scheduling the step after the one in flight when a request reaches the
-    # engine was scheduled without it: one leap covers both (`ChunkedEngine._go_past`), with
+    # engine was scheduled without it: one leap covers both (`Leaper._go_past`), with
     # the same token times as stepping and a sample where stepping's engine woke.
     commits = []
-    commit = ChunkedEngine._commit_leap
+    commit = Leaper._commit
 
     def rec_commit(self, p, k):
         commits.append((p.reach_step, k, p.ends[p.reach_step - 1] if p.reach_step else None))
         return commit(self, p, k)
 
-    monkeypatch.setattr(ChunkedEngine, "_commit_leap", rec_commit)
+    monkeypatch.setattr(Leaper, "_commit", rec_commit)
     w = Workload(arrival_s=np.array([0.0, 0.01, 0.3013, 0.6007, 0.9001]),
                  prompt_tokens=np.array([3000, 2000, 40, 500, 64]),
                  output_tokens=np.array([300, 250, 4, 4, 4]))

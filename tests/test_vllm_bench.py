@@ -17,7 +17,7 @@ from simserve.runner.point import make_workload, run_point, points
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.run import simulate_point
 from simserve.workload import build_workload
-from simserve.workload.manifest import resolve_trace
+from tests.traces import trace_or_skip
 from simserve.workload.synthetic import random_workload
 from simserve.workload.transform import tile
 from simserve.metrics import KEEP_UP_KEYS
@@ -178,11 +178,9 @@ def test_bad_max_concurrency_is_a_one_line_error(tmp_path, capsys):
 
 # ------------------------------------------------------------------------ traces
 
+@pytest.mark.traces
 def test_num_requests_null_is_the_whole_trace_and_tile_repeats_it_in_time():
-    try:
-        path = resolve_trace("azure-code")
-    except Exception:
-        pytest.skip("azure-code trace not available")
+    path = trace_or_skip("azure-code")
     whole = build_workload("azure-code", num_requests=None, arrival="trace", rate=None, seed=0)
     assert whole.num_requests == 8819
     t3 = build_workload(str(path), num_requests=None, arrival="trace", rate=None, seed=0, tile=3)

@@ -60,8 +60,8 @@ def _rows(res) -> list:
 @given(requests(max_n=16, max_prompt=1500, max_output=300, max_gap=0.5), st.integers(1, 3),
        st.sampled_from([H100, H200]))
 def test_unshared_release_is_the_general_one(req, slack, hw):
-    # a trace without hash_ids frees through `_release_unshared`; the same trace with an
-    # empty hash_ids list per request (no shared blocks either) through `_release`: the
+    # a trace without hash_ids frees through `KvBook.release_unshared`; the same trace with an
+    # empty hash_ids list per request (no shared blocks either) through `KvBook.release`: the
     # same tokens, preemptions, samples and cache statistics, on a tight pool
     w, _, _, need = req
     blocks = need * slack

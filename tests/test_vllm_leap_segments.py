@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simserve.policies.vllm_engine import ChunkedEngine
+from simserve.policies.vllm_leaper import Leaper
 from simserve.policies.vllm_leap import Segments, new_blocks, new_blocks_upto
 from simserve.run import simulate_point
 from tests.helpers import H100, H200, workload
@@ -24,8 +24,8 @@ def test_one_leap_carries_a_batch_through_its_finishes(hw, monkeypatch):
     # requests, KV blocks in use) that stepping gives
     w = workload([0.0] * 4, [100] * 4, [40, 90, 150, 220])
     commits = []
-    commit = ChunkedEngine._commit_leap
-    monkeypatch.setattr(ChunkedEngine, "_commit_leap",
+    commit = Leaper._commit
+    monkeypatch.setattr(Leaper, "_commit",
                         lambda self, p, k: (commits.append(len(p.starts)), commit(self, p, k)))
     a = simulate_point(w, "llama-3.1-8b", hw, "vllm", num_gpu_blocks_override=64)
     b = simulate_point(w, "llama-3.1-8b", hw, "vllm", num_gpu_blocks_override=64, leap=False)
@@ -44,9 +44,9 @@ def test_a_leap_stops_at_the_first_finish_while_a_request_waits(monkeypatch):
     # a request waiting for KV could be admitted once a finish frees blocks: no segments
     w = workload([0.0, 0.0, 0.0], [600, 600, 600], [30, 60, 40])
     starts = []
-    commit = ChunkedEngine._commit_leap
-    monkeypatch.setattr(ChunkedEngine, "_commit_leap",
-                        lambda self, p, k: (starts.append((len(p.starts), len(self.waiting))),
+    commit = Leaper._commit
+    monkeypatch.setattr(Leaper, "_commit",
+                        lambda self, p, k: (starts.append((len(p.starts), len(self.engine.waiting))),
                                             commit(self, p, k)))
     a = simulate_point(w, "llama-3.1-8b", H100, "vllm", num_gpu_blocks_override=80)
     b = simulate_point(w, "llama-3.1-8b", H100, "vllm", num_gpu_blocks_override=80, leap=False)

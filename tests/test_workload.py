@@ -27,18 +27,16 @@ from simserve.workload import build as build_mod
 from simserve.workload import cli as wcli
 from simserve.workload import manifest as mf
 from simserve.workload.manifest import file_sha256
+from tests.traces import trace_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE_DIR = Path(os.environ.get("SIMSERVE_TRACE_DIR") or REPO.parent / "shared" / "traces")
+pytestmark = pytest.mark.traces  # many read the public traces (CI reruns them hidden)
 AZ_CODE, AZ_CONV = "AzureLLMInferenceTrace_code.csv", "AzureLLMInferenceTrace_conv.csv"
 MC_CONV, MC_SYN = "conversation_trace.jsonl", "synthetic_trace.jsonl"
 
 
 def shared(name: str) -> Path:
-    p = TRACE_DIR / name
-    if not p.is_file():
-        pytest.skip(f"shared trace {p} not present")
-    return p
+    return trace_or_skip(name)
 
 
 # -- readers on the shared traces ------------------------------------------------------------
@@ -95,8 +93,8 @@ def test_manifest_matches_shared_files():
             "mooncake-toolagent"} <= set(entries)
     assert entries["mooncake-toolagent"].size_bytes is None
     for e in entries.values():
-        p = TRACE_DIR / e.file
-        if p.is_file():
+        p = mf.find_local(e)
+        if p is not None:
             assert p.stat().st_size == e.size_bytes and file_sha256(p) == e.sha256
             assert len(read_trace(p)) == e.requests
 
@@ -144,12 +142,18 @@ def test_malformed_rows_name_the_line(tmp_path, fname, text, line, fragment):
     assert msg.startswith(f"{p}:{line}:") and fragment in msg, msg
 
 
-def test_zero_output_becomes_one_and_is_counted(tmp_path):
+def test_zero_output_is_refused_by_line_or_counted_as_one_when_asked(tmp_path):
     p = tmp_path / "t.csv"
-    p.write_text(PLAIN_HEAD + "0.5,5,0\n1.0,6,3\n\n")
-    w = read_plain_csv(p)
-    assert w.output_tokens.tolist() == [1, 3] and w.meta["num_zero_output"] == 1
+    p.write_text(PLAIN_HEAD + "0.5,5,3\n\n1.0,6,0\n")
+    w = read_plain_csv(p)  # the reader keeps what the file says
+    assert w.output_tokens.tolist() == [3, 0] and w.meta["num_zero_output"] == 1
+    assert w.meta["first_zero_output_line"] == 4  # header 1, rows 2 and 4, a blank line 3
     assert w.arrival_s.tolist() == [0.5, 1.0]  # plain CSV arrivals are kept as written
+    kw = {"num_requests": None, "arrival": "trace", "rate": None, "seed": 0}
+    with pytest.raises(TraceFormatError, match=r"t\.csv:4: output length of 0 tokens"):
+        build_workload(str(p), **kw)
+    one = build_workload(str(p), zero_output="one", **kw)
+    assert one.output_tokens.tolist() == [3, 1] and one.meta["num_zero_output"] == 1
 
 
 # -- generators --------------------------------------------------------------------------------

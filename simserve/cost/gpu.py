@@ -38,8 +38,8 @@ class BatchShape:
     """What a scheduler hands the cost model for one iteration (the per-request fields are
     int arrays or lists of ints: a small batch's lists save numpy conversions). Read-only by
     convention: not frozen, because a frozen dataclass's __init__ sets each field through
-    object.__setattr__, which cost 4.5 times the loop that classifies the batch's requests
-    (callgrind, `vllm-h100` in benchmarks/bench_loop.py)."""
+    object.__setattr__, which costs several times the loop that classifies the batch's
+    requests."""
 
     num_tokens: int = 0
     prefill_chunks: np.ndarray = field(default_factory=lambda: _EMPTY)  # new tokens per chunk
@@ -57,7 +57,7 @@ class BatchShape:
         return len(self.prefill_chunks)
 
 
-_EMPTY = np.zeros(0, dtype=np.int64)
+_EMPTY: np.ndarray = np.zeros(0, dtype=np.int64)
 
 
 def prefill_batch(prompt_tokens: int, ctx: int = 0) -> BatchShape:
@@ -84,10 +84,13 @@ def _compiled() -> bool:
 
 
 # Up to this many steps `decode_steps_list` beats `decode_steps_s`'s dozen numpy calls. From
-# source its per-step loop costs ~0.9 µs, so the crossover is ~24 steps; compiled, the loop
-# runs on C doubles (~0.03 µs a step) and the list path is faster at every length measured
-# (1 to 320 steps on this project's machine), so it always takes it.
+# source its per-step Python loop crosses over at about 24 steps; compiled, the loop runs on
+# C doubles and the list path was faster at every length measured (1 to 320 steps), so it
+# always takes it.
 LIST_STEPS = 1 << 30 if _compiled() else 24
+# up to this many steps, `decode_only_s` per step beats `decode_steps_list`'s fixed numpy
+# calls: most leaps of an engine under async scheduling that waits to see its head take one
+SCALAR_STEPS = 2
 
 
 class GpuCostModel:
@@ -107,6 +110,11 @@ class GpuCostModel:
         # per-iteration overheads added to the forward when no engine is given
         self.host = host
         self.overlap = bool(host is not None and host.async_scheduling)
+        # the async loop's host calls bound a prefill step from below (`_loop_us`)
+        calls = getattr(host, "host_calls", None) if self.overlap else None
+        self.loop_calls = calls or None
+        self.loop_graph_max = max(host.capture_sizes) if self.loop_calls and host.capture_sizes \
+            else int(gpu.overheads.get("graph_max_tokens", 512))
         if host is not None:
             self.iter_us, self.per_seq_us = host.step_us, host.step_per_seq_us
             self.per_token_us = host.step_per_token_us
@@ -139,11 +147,12 @@ class GpuCostModel:
         if att and "varlen_decode" in att:
             from simserve.hardware.functions import Affine
             vl = Affine.from_mapping(f"{host.name} varlen_decode", dict(att["varlen_decode"]))
-        if mixed_attention == "varlen" and vl is None:
-            raise ValueError(f"mixed_attention 'varlen': profile {gpu.name} has no varlen_decode "
-                             f"table for {model.name} at TP{tp}")
-        self.varlen = (vl.const_us, vl.coef("per_context_token")) if mixed_attention == "varlen" \
-            else None
+        self.varlen = None
+        if mixed_attention == "varlen":
+            if vl is None:
+                raise ValueError(f"mixed_attention 'varlen': profile {gpu.name} has no "
+                                 f"varlen_decode table for {model.name} at TP{tp}")
+            self.varlen = (vl.const_us, vl.coef("per_context_token"))
         self._ar = self._allreduce_fn(nvlink)
         self._build_tables(table_tokens)
         self._decode_rows: dict = {}  # B -> `_decode_row(B)`
@@ -241,7 +250,21 @@ class GpuCostModel:
     def step_s(self, b: BatchShape) -> float:
         """Duration of one iteration in seconds: its host work and its forward combined."""
         base = self._host_us(b.num_prefills + b.num_decodes, b.num_tokens)
+        if self.loop_calls is not None and b.num_prefills:
+            base = max(base, self._loop_us(b.num_tokens))
         return float(self._combine(base, self._forward_step_us(b))) * 1e-6
+
+    def _loop_us(self, num_tokens: int) -> float:
+        """One async engine-core loop iteration around a step with prefill chunks (µs):
+        schedule it, prepare and launch it (piecewise CUDA graphs within the capture sizes,
+        eager beyond: per layer), process the previous step's output. Decode-only steps
+        replay one full graph and stay within the fitted per-step host work."""
+        calls = self.loop_calls or {}
+        c = calls.get("piecewise" if num_tokens <= self.loop_graph_max else "eager")
+        if c is None:
+            return 0.0
+        return (float(c["schedule_us"]) + float(c["update_us"])
+                + float(c["launch_us_per_layer"]) * self.num_layers)
 
     def _forward_step_us(self, b: BatchShape):
         cmax = b.decode_ctx_max
@@ -287,6 +310,28 @@ class GpuCostModel:
                 return forward_us if forward_us >= host_us else float(np.maximum(host_us, forward_us))
             return np.maximum(host_us, forward_us)
         return host_us + forward_us
+
+    def decode_steps(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int
+                     ) -> list[float]:
+        """Durations (s) of k consecutive decode steps of B = num_decodes sequences:
+        `decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k, the same floats. The one
+        function callers use; it picks the cheapest form, all the same arithmetic: one step
+        at a time (as stepping prices it) up to `SCALAR_STEPS`, the plain-float loop
+        (`decode_steps_list`) up to `list_steps`, numpy (`decode_steps_s`) above. The
+        per-step `decode_only_s` is the reference the others are tested against."""
+        if k <= SCALAR_STEPS:
+            B = num_decodes
+            return [self.decode_only_s(B, ctx_sum0 + B * j, ctx_max0 + j) for j in range(k)]
+        if k <= self.list_steps:
+            return self.decode_steps_list(num_decodes, ctx_sum0, ctx_max0, k)
+        return self.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k).tolist()
+
+    def decode_steps_array(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int
+                           ) -> np.ndarray:
+        """`decode_steps` as a float64 array (numpy's own result above `list_steps`)."""
+        if k > self.list_steps:
+            return self.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k)
+        return np.array(self.decode_steps(num_decodes, ctx_sum0, ctx_max0, k), dtype=np.float64)
 
     def decode_steps_s(self, num_decodes: int, ctx_sum0: int, ctx_max0: int, k: int):
         """`decode_only_s(B, ctx_sum0 + B·j, ctx_max0 + j)` for j < k (k consecutive decode

@@ -12,6 +12,7 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
         frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
+        host_calls: {piecewise: {schedule_us, launch_us_per_layer, update_us}}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
@@ -25,6 +26,7 @@ generic per-iteration overheads (`iteration_us`, `per_seq_us`), added to each fo
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +47,10 @@ class EngineHost:
     frontend: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
     capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
+    # the async engine-core loop's host calls by how a step runs ("piecewise": a mixed batch
+    # within the capture sizes, "eager": beyond them): {mode: {schedule_us, launch_us_per_layer,
+    # update_us}}; a host-bound loop cannot step faster than their sum (a mode left out: no bound)
+    host_calls: dict | None = None
 
     @property
     def ideal(self) -> bool:
@@ -69,6 +75,52 @@ class EngineHost:
 
 
 IDEAL = EngineHost("ideal")
+
+# vLLM 0.22's in-process clients (`AsyncLLM`, `LLM`), modelled from its code: a request goes
+# `AsyncLLM.add_request` -> `InputProcessor.process_inputs` (tokenising a text prompt) ->
+# `OutputProcessor.add_request` -> the engine-core client (msgspec + ZMQ to the engine core
+# process, as behind the API server); outputs come back over ZMQ to
+# `OutputProcessor.process_outputs` (detokenising when asked) and, for `AsyncLLM`, into each
+# request's asyncio queue. No HTTP server, JSON or SSE streaming. Costs in µs, each with its
+# source (`EngineHost.frontend`'s keys):
+IN_PROCESS = {
+    # measured (probe, `requests-*`, vLLM's own arrival and queued timestamps on the default
+    # servers): the floor of arrival -> engine-core queue, 3.3-4.7 ms across servers; the
+    # same hand-off and input path as behind the API server, without HTTP
+    "in_delay_us": 4000.0,
+    # assumption, not measured: input processing, output-processor registration and the
+    # ZMQ send on the client's thread, per request (vLLM 0.22 async_llm.py add_request);
+    # the device plan benchmarks/inprocess_vllm.py measures it
+    "in_us": 200.0,
+    # tokenising: the API server's fitted per-token cost (same tokenizer path); 0 for token ids
+    "in_per_token_us": 2.5,
+    # measured (probe, `frontend-*`): `process_outputs` alone, 45 µs + 15 µs per output,
+    # with detokenising (the API server's response building and streaming excluded)
+    "out_us": 45.0, "out_per_output_us": 15.0,
+    # assumption: without detokenising, `process_outputs` still builds each RequestOutput
+    # and its stats; two thirds of the measured per-output cost, until measured
+    "out_per_output_no_detok_us": 10.0,
+    # assumption: the output handler puts outputs in the request's asyncio queue; the caller
+    # reads them on the same event loop (no socket), ~0
+    "out_delay_us": 0.0,
+}
+
+
+def client_host(host: EngineHost | None, api_server: bool | None, detokenize: bool,
+                offline: bool = False) -> EngineHost | None:
+    """`host` with its front end replaced by the in-process client's (`IN_PROCESS`) when
+    requests do not come through the API server; unchanged otherwise (and for `ideal` and
+    `generic`, which have no front end to replace)."""
+    in_process = api_server is False or (api_server is None and offline)
+    if host is None or host.ideal or not in_process or host.frontend is None:
+        return host
+    c = IN_PROCESS
+    fe = {"in_us": c["in_us"], "in_per_token_us": c["in_per_token_us"] if detokenize else 0.0,
+          "out_us": c["out_us"],
+          "out_per_output_us": c["out_per_output_us"] if detokenize
+          else c["out_per_output_no_detok_us"],
+          "in_delay_us": c["in_delay_us"], "out_delay_us": c["out_delay_us"]}
+    return dataclasses.replace(host, frontend=fe)
 
 
 def engine_host(profile, engine: str | None, version: str | None = None) -> EngineHost | None:
@@ -107,4 +159,5 @@ def engine_host(profile, engine: str | None, version: str | None = None) -> Engi
                       step_per_token_us=float(m.get("step_per_token_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
                       frontend=m.get("frontend"), attention=m.get("attention"),
-                      capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())))
+                      capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())),
+                      host_calls=m.get("host_calls"))

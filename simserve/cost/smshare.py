@@ -66,7 +66,7 @@ class SmShareCost:
     def use_curves(self, curves: dict | None) -> None:
         """Price shares with these measured curves (None: the analytic model)."""
         self.curves = curves
-        self._memo = {}  # (what, tokens, f, ...) -> µs of dense_us / lm_us, priced on these curves
+        self._memo: dict = {}  # (what, tokens, f, ...) -> µs of dense_us / lm_us, priced on these curves
         if curves:
             self._f = np.concatenate([[0.0], curves["sm_fraction"]])
             self._bw = np.concatenate([[0.0], curves["bw_fraction"]])
@@ -196,7 +196,7 @@ class SmShareCost:
         layer = self.dense_us(T, f) + attn
         return self._iteration_s(T, n, layer, self.lm_us(n, f))
 
-    def _iteration_s(self, tokens: int, num_seqs: int, layer_us: float, lm_us: float) -> float:
+    def _iteration_s(self, tokens, num_seqs, layer_us, lm_us):
         """Host overhead + launch model + LM head, scaled by the in-situ factor, as in
         `GpuCostModel.step_s` but with the share's own LM head time."""
         c = self.cost

@@ -75,7 +75,7 @@ class SpCostModel:
         nh, nkv = model.heads_per_rank(tp)
         self.qkv_bytes_per_token = (nh + 2 * nkv) * model.head_dim * DTYPE_BYTES
         self.out_bytes_per_token = nh * model.head_dim * DTYPE_BYTES
-        self._a2a = self._alltoall_fn(nvlink) if ranks > 1 else None
+        self._a2a = self._alltoall_fn(nvlink) if ranks > 1 and nvlink is not None else None
         # KV bytes of one token on one GPU of a logical rank (all layers)
         self.kv_bytes_per_token_gpu = model.kv_bytes_per_token_per_rank(tp)
         # (rank, decodes, Σ context − decodes·longest) -> (longest, µs from that longest on)

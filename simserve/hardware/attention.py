@@ -42,6 +42,11 @@ class PrefillGrid:
         self.grid = Grid.from_mapping(name, m)
         self._at = None  # grid.scalar as its closure (`Grid.scalar_fn`: the same floats)
 
+    def __getstate__(self) -> dict:
+        """Without the closure, a cache rebuilt on first use: compiled, it does not pickle, and
+        a sweep sends resolved hardware to Dask and Ray workers."""
+        return {**self.__dict__, "_at": None}
+
     def us(self, chunks, ctxs) -> float:
         """Arrays or lists of the chunks' new and cached tokens (lists of ints save two
         conversions; the sum is the same)."""

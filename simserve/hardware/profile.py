@@ -14,6 +14,8 @@ See `docs/hwprofiles.md` for every field.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,8 +54,8 @@ class ModelOps:
 
     dense: dict[str, Curve]          # qkv, o, gate_up, down, elementwise: f(tokens)
     lm_head: Curve                    # f(rows that sample)
-    prefill_attn: object              # .us(chunks, contexts) -> µs (attention.py)
-    decode_attn: object               # .us(batch, Σ context) -> µs, vectorised over Σ context
+    prefill_attn: Any                 # .us(chunks, contexts) -> µs (attention.py)
+    decode_attn: Any                  # .us(batch, Σ context) -> µs, vectorised over Σ context
     varlen_decode: Affine | None = None  # extra µs per decode context token in a mixed call
     source: str = "measured"
 
@@ -65,7 +67,7 @@ class CpuOps:
     cores: int
     dense: dict[str, Curve]   # qkv, o, gate_up, down: f(tokens = decode batch)
     lm_head: Curve
-    decode_attn: object       # .us(batch, Σ context)
+    decode_attn: Any          # .us(batch, Σ context)
     source: str
 
 

@@ -2,12 +2,10 @@
 a config dataclass (its YAML parameters) and `build(ctx, cfg) -> Deployment`, registered
 together with `@register(name, ConfigClass)` on the build function.
 
-Where names come from (no name→module table is kept by hand):
-- built-ins: the `@register("name", ...)` decorators in this package's source (at the start
-  of a line, the name a string literal), found by a text scan of its files: no imports, so
-  naming or checking a policy stays fast (about 5 ms; importing every policy takes about a
-  second); the module is imported when the policy is first used. A test checks the scan
-  against what importing every module registers;
+Where names come from:
+- built-ins: `BUILTINS`, one explicit table of name -> the module whose `@register` names it;
+  the module is imported when the policy is first used, so naming or checking a policy
+  imports no policy. A test checks the table against what importing every module registers;
 - other packages: the entry-point group `simserve.policies` in their own pyproject
   (`[project.entry-points."simserve.policies"] toy = "toy_policy"`): loading the entry point
   imports the module, whose `@register("toy", ...)` registers it (docs/how-to/add-a-policy.md);
@@ -17,16 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import re
-from pathlib import Path
 from typing import Callable
 
 from simserve.errors import ConfigError, did_you_mean
 
 ENTRY_POINT_GROUP = "simserve.policies"
 _REGISTRY: dict[str, tuple[type, Callable]] = {}
-_DECORATOR = re.compile(r"""^@register\(\s*["']([^"']+)["']""", re.M)
-_builtins: dict[str, str] | None = None
+# built-in policy name -> the module that registers it (`@register(name, ...)`)
+BUILTINS: dict[str, str] = {
+    "chunked": "simserve.policies.chunked_prefill_tp",
+    "conflux": "simserve.policies.conflux.policy",
+    "distserve": "simserve.policies.distserve.policy",
+    "dualpace": "simserve.policies.dualpace.engine",
+    "loongserve": "simserve.policies.loongserve.engine",
+    "muxwise": "simserve.policies.muxwise.engine",
+    "neo": "simserve.policies.neo",
+    "sarathi": "simserve.policies.sarathi",
+    "vllm": "simserve.policies.vllm",
+}
 
 
 def register(name: str, config_cls: type):
@@ -45,17 +51,8 @@ def register(name: str, config_cls: type):
 
 
 def builtin_policies() -> dict[str, str]:
-    """Built-in policy name -> the module whose `@register` names it (read from the source)."""
-    global _builtins
-    if _builtins is None:
-        root = Path(__file__).resolve().parent
-        found: dict[str, str] = {}
-        for path in sorted(root.rglob("*.py")):
-            for name in _DECORATOR.findall(path.read_text(encoding="utf-8")):
-                parts = path.relative_to(root.parent.parent).with_suffix("").parts
-                found[name] = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        _builtins = found
-    return _builtins
+    """Built-in policy name -> the module whose `@register` names it (`BUILTINS`)."""
+    return dict(BUILTINS)
 
 
 def _entry_points() -> dict:

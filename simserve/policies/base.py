@@ -33,7 +33,7 @@ import operator
 
 from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, Generator, Mapping, Protocol, Sequence,
-                    TypeVar, runtime_checkable)
+                    TypeVar, cast, runtime_checkable)
 
 from simserve.errors import ConfigError
 from simserve.kv_budget import KVBudget, gpu_kv_budget
@@ -111,6 +111,7 @@ class EngineBase:
     """Defaults of the optional `Engine` members; engines inherit it and override."""
 
     prefill_tokens: int | None = None
+    pool: KvPool  # the engine's one pool, where it has one (`kv_pools`' default)
 
     def kv_pools(self) -> Sequence[KvPool]:
         return (self.pool,)
@@ -226,7 +227,8 @@ def deploy(ctx: SimContext, kind: str, engines: Sequence[Engine], *,
     for p in also_run:
         ctx.env.process(p)
     if engine_stats is None:
-        engine_stats = [dict(e.kv_summary, gpus=e.gpus) for e in engines]
+        engine_stats = [dict(r.kv_summary, gpus=r.gpus)
+                        for r in (cast(Replica, e) for e in engines)]
     return Deployment(engines=list(engines), on_arrival=_router(targets, route_key),
                       kv_pools=[p for e in engines for p in e.kv_pools()],
                       engine_stats=engine_stats, stats=dict(stats or {}))

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from simserve.policies import register
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.queues import check_scheduler, make_queue
-from simserve.policies.replicas import build_replicas
-from simserve.policies.vllm import VllmEngine
+from simserve.policies.vllm import VllmScheduler
+from simserve.policies.vllm_engine import chunked_replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,57 +34,57 @@ class ChunkedBaselineConfig(ChunkedConfig):
         check_scheduler(self.scheduler)
 
 
-class ChunkedBaselineEngine(VllmEngine):
+class ChunkedBaselineScheduler(VllmScheduler):
     """Under SRPT the token budget goes to prefills in order of remaining prompt tokens across
     running and waiting requests: before vLLM's loop, running requests are ordered decodes
     first, then partial prefills shortest-remaining first (so the longest is also the first
     preemption victim), and a waiting request with fewer remaining tokens than a running
     partial prefill is moved ahead of it when the pool can hold its whole prompt (so the
-    promotion itself never forces a preemption)."""
+    promotion itself never forces a preemption). A leap needs every running request
+    decoding, when there is nothing to reorder: vLLM's bound holds."""
 
     kind = "chunked"
+    leap_checked = True
 
-    def __init__(self, ctx, cfg, index, gpus):
-        super().__init__(ctx, cfg, index, gpus)
-        self.waiting = make_queue(cfg.scheduler, ctx.table)
+    def __init__(self, cfg):
+        super().__init__(cfg)
         self.srpt = cfg.scheduler == "srpt"
 
-    def _schedule(self):
-        if self.srpt and self.running:
-            self._srpt_order()
-        return super()._schedule()
+    def waiting_queue(self, table):
+        return make_queue(self.cfg.scheduler, table)
 
-    def _srpt_order(self) -> None:
-        t = self.ctx.table
+    def schedule_running(self, s):
+        if self.srpt and s.running:
+            self._srpt_order(s)
+        return super().schedule_running(s)
+
+    def _srpt_order(self, s) -> None:
+        t, kv = s.table, s.kv
         left = lambda r: int(t.num_tokens[r] - t.computed[r])  # noqa: E731
-        self.running.sort(key=left)  # stable: decodes (1 token left) keep their order
-        longest = left(self.running[-1])
-        free = self.pool.num_free
-        while (self.waiting and len(self.running) < self.max_seqs and longest > 1
-               and left(self.waiting[0]) < longest):
-            r = self.waiting[0]
-            if self.pc is not None:  # prefix caching: it claims its cached prefix first
-                hashes, h, p, e = self._lookup(r)
-                need = -(-int(t.num_tokens[r]) // self.pool.block_size) - h - p + e
+        s.running.sort(key=left)  # stable: decodes (1 token left) keep their order
+        longest = left(s.running[-1])
+        free = kv.pool.num_free
+        while (s.waiting and len(s.running) < s.max_seqs and longest > 1
+               and left(s.waiting[0]) < longest):
+            r = s.waiting[0]
+            if kv.pc is not None:  # prefix caching: it claims its cached prefix first
+                hashes, h, p, e = kv.lookup(r)
+                need = -(-int(t.num_tokens[r]) // kv.pool.block_size) - h - p + e
                 if need > free:
                     break
-                self._claim_prefix(r, hashes, h, p)
-                free -= need
-                self.running.append(self.waiting.popleft())
-                self.running.sort(key=left)
-                longest = left(self.running[-1])
-                continue
-            need = self._blocks_needed(r, int(t.num_tokens[r]))
-            if need > free:
-                break
+                kv.claim_prefix(r, hashes, h, p)
+            else:
+                need = kv.blocks_needed(r, int(t.num_tokens[r]))
+                if need > free:
+                    break
             free -= need
-            self.running.append(self.waiting.popleft())
-            self.running.sort(key=left)
-            longest = left(self.running[-1])
+            s.running.append(s.waiting.popleft())
+            s.running.sort(key=left)
+            longest = left(s.running[-1])
 
 
 @register("chunked", ChunkedBaselineConfig)
 def build(ctx, cfg: ChunkedBaselineConfig):
     if cfg.tp is None:
         cfg = dataclasses.replace(cfg, tp=ctx.hardware.num_gpus)
-    return build_replicas(ctx, cfg, ChunkedBaselineEngine)
+    return chunked_replicas(ctx, cfg, ChunkedBaselineScheduler)

@@ -1,6 +1,8 @@
 """Wake-ups and exact sleeps for engine processes (shared by `distserve` and `muxwise`)."""
 from __future__ import annotations
 
+from simserve.sim.clock import at
+
 
 class Signal:
     """`wait()` returns an event that the next `fire()` triggers; firing with nobody waiting
@@ -20,14 +22,11 @@ class Signal:
 
 
 def sleep_until(env, t: float, wake=None):
-    """A process step: sleep until exactly `t` (env.now == t afterwards, bit for bit) or until
-    `wake` triggers; returns True if woken. SimPy lands at now + (t - now), which is t only when
-    t - now is exact: by Sterbenz's lemma when now >= t/2, so a long sleep first hops to 0.75·t.
-    Other processes then see the same clock whether an engine leapt or stepped there."""
-    while env.now < t:
-        hop = t if env.now >= 0.5 * t else 0.75 * t
-        ev = env.timeout(hop - env.now)
-        yield ev if wake is None else ev | wake
-        if wake is not None and wake.triggered:
-            return True
-    return False
+    """A process step: sleep until exactly `t` (env.now == t afterwards, bit for bit:
+    `simserve.sim.clock.at`) or until `wake` triggers; returns True if woken. Other processes
+    then see the same clock whether an engine leapt or stepped there."""
+    if env.now >= t:
+        return False
+    ev = at(env, t)
+    yield ev if wake is None else ev | wake
+    return wake is not None and wake.triggered

@@ -1,24 +1,33 @@
-"""Policy `vllm`: the vLLM V1 scheduler with chunked prefill (see `vllm_engine.py` for the loop)."""
+"""Policy `vllm`: the vLLM V1 scheduler with chunked prefill (policies.md §2).
+
+Running requests first, in admission order, each given the tokens that catch it up (1 for a
+decode, the rest of a prompt for a partial prefill) within the token budget; a request whose
+blocks do not fit preempts the newest running request (recompute: all its KV freed, back to
+the front of the waiting queue); then, only if nothing was preempted, waiting requests FCFS
+while the budget, `max_num_seqs` and the KV pool allow (head-of-line blocking,
+`ChunkedScheduler.admit`). KV is allocated incrementally, block by block. The engine runtime
+that runs it is `vllm_engine.py`.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.vllm_engine import SMALL_BATCH, ChunkedEngine
+from simserve.policies.vllm_engine import chunked_replicas
 from simserve.policies.vllm_engine_config import ChunkedConfig
-from simserve.policies.replicas import build_replicas
+from simserve.policies.vllm_scheduler import ChunkedScheduler
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _running_fit(comp, blocks, ntok, run: list, budget: int, bs: int, free: int):
-    """`_schedule_running_small`'s loop: each running request's tokens this step (its need,
-    within what the budget leaves after the earlier ones) and the KV blocks they take. If
+    """`VllmScheduler.schedule_running`'s loop: each running request's tokens this step (its
+    need, within what the budget leaves after the earlier ones) and the KV blocks they take. If
     the blocks fit in `free`, writes the new block counts and returns (tokens per request,
     blocks taken, whether every request got some); else None and nothing is written.
     Memoryviews of the request table's arrays; C arrays when compiled (vllm.pxd)."""
     out_n, nbs = [], []
-    left = budget  # budget less every earlier request's need (the cumsum in the numpy path)
+    left = budget  # budget less every earlier request's need
     total, keep = 0, True
     for i in range(len(run)):
         r = run[i]
@@ -46,64 +55,58 @@ def _running_fit(comp, blocks, ntok, run: list, budget: int, bs: int, free: int)
     return out_n, total, keep
 
 
-class VllmEngine(ChunkedEngine):
+class VllmScheduler(ChunkedScheduler):
+    """vLLM V1's decisions (`ChunkedScheduler`'s admission, default leap bound)."""
+
     kind = "vllm"
+    leap_checked = True  # the default `leap_bound` holds for these decisions
 
-    def _schedule_running(self):
-        if not self.running:
+    def schedule_running(self, s):
+        """Each running request's tokens: `_running_fit` while every one's blocks fit (the
+        common case, a typed loop), else the reference loop `_running_preempting`, which
+        gives the same result when nothing is preempted (tests hold the two together)."""
+        if not s.running:
             return _EMPTY, _EMPTY, False
-        t, bs = self.ctx.table, self.pool.block_size
-        if len(self.running) <= SMALL_BATCH:
-            return self._schedule_running_small(bs)
-        ids = np.asarray(self.running, dtype=np.int64)
-        need = t.num_tokens[ids] - t.computed[ids]
-        n = np.clip(self.budget - (np.cumsum(need) - need), 0, need)
-        nb = np.where(n > 0, np.maximum(0, -(-(t.computed[ids] + n) // bs) - t.blocks[ids]), 0)
-        total = int(nb.sum())
-        if total <= self.pool.num_free:  # common case: everyone fits, nobody is preempted
-            keep = n > 0
-            self.pool.allocate(total)
-            t.blocks[ids] += nb
-            return ids[keep], n[keep], False
-        return self._schedule_running_slow()
-
-    def _schedule_running_small(self, bs: int):
-        """The vectorised common case above on plain ints (a small batch: numpy calls cost
-        more than the arithmetic); the same decisions, the batch as lists."""
-        comp, blocks, ntok, _, _ = self._views
-        plan = _running_fit(comp, blocks, ntok, self.running, self.budget, bs,
-                            self.pool.num_free)
+        kv = s.kv
+        comp, blocks, ntok, _, _ = kv.views
+        plan = _running_fit(comp, blocks, ntok, s.running, s.budget, kv.pool.block_size,
+                            kv.pool.num_free)
         if plan is None:
-            return self._schedule_running_slow()
+            return self._running_preempting(s)
         out_n, total, keep = plan
-        self.pool.allocate(total)
+        kv.pool.allocate(total)
         if keep:
-            return list(self.running), out_n, False
-        return ([r for r, k in zip(self.running, out_n) if k > 0], [k for k in out_n if k > 0],
+            return list(s.running), out_n, False
+        return ([r for r, k in zip(s.running, out_n) if k > 0], [k for k in out_n if k > 0],
                 False)
 
-    def _schedule_running_slow(self):
-        """The reference loop: newest running requests are preempted until the next fits."""
-        t = self.ctx.table
-        run = self.running
-        budget = self.budget
+    def _running_preempting(self, s):
+        """The reference loop: victims (`victim`) are preempted until the next request's
+        blocks fit; a victim already scheduled this step gives its tokens back."""
+        kv, run, comp, ntok = s.kv, s.running, s.kv.views[0], s.kv.views[2]
+        budget = s.budget
         out_ids, out_n = [], []
         preempted = False
         i = 0
         while i < len(run) and budget > 0:
             r = run[i]
-            n = min(int(t.num_tokens[r] - t.computed[r]), budget)
+            n = min(ntok[r] - comp[r], budget)
             while True:
-                nb = self._blocks_needed(r, int(t.computed[r]) + n)
-                if self.pool.can_allocate(nb):
-                    self._grow(r, nb)
+                nb = kv.blocks_needed(r, comp[r] + n)
+                if kv.pool.can_allocate(nb):
+                    kv.grow(r, nb)
                     break
-                victim = run.pop()
-                self._preempt(victim)
+                victim = self.victim(s)
+                j = run.index(victim)
+                s.preempt(victim)
                 preempted = True
                 if victim == r:
                     r = None
                     break
+                if j < i:  # scheduled already: its tokens go back to the budget
+                    budget += out_n.pop(j)
+                    out_ids.pop(j)
+                    i -= 1
             if r is None:
                 break
             out_ids.append(r)
@@ -112,11 +115,7 @@ class VllmEngine(ChunkedEngine):
             i += 1
         return (np.asarray(out_ids, dtype=np.int64), np.asarray(out_n, dtype=np.int64), preempted)
 
-    def _admission_blocks(self, rid: int, chunk: int) -> int:
-        # incremental allocation: only the first chunk's blocks
-        return self._blocks_needed(rid, self._views[0][rid] + chunk)
-
 
 @register("vllm", ChunkedConfig)
 def build(ctx, cfg: ChunkedConfig):
-    return build_replicas(ctx, cfg, VllmEngine)
+    return chunked_replicas(ctx, cfg, VllmScheduler)

@@ -9,11 +9,3 @@ cpdef tuple _classify(const int64_t[::1] comp, const int64_t[::1] ntok, const in
 
 @cython.locals(i=Py_ssize_t, r=Py_ssize_t)
 cpdef list _advance(int64_t[::1] comp, list il, list nl, list sample)
-
-@cython.locals(i=Py_ssize_t, r=Py_ssize_t, x=int64_t, y=int64_t)
-cpdef object _decoding(const int64_t[::1] comp, const int64_t[::1] blocks, const int64_t[::1] ntok,
-                       const int64_t[::1] gen, list running, int64_t bs)
-
-@cython.locals(i=Py_ssize_t, r=Py_ssize_t, x=int64_t, a=int64_t, s=int64_t, nb=int64_t)
-cpdef int64_t _advance_steps(int64_t[::1] cv, int64_t[::1] bv, list il, list c, list room, list steps,
-                          int64_t k, int64_t bs, list short) except? -1

@@ -75,6 +75,19 @@ class ChunkedConfig:
     # while the GPU runs step n; `--no-async-scheduling` adds the two); None = as the
     # engine's measured host path says. Only read with engine: vllm.
     async_scheduling: bool | None = None
+    # how requests reach the engine core (engine: vllm): True = vLLM's OpenAI API server
+    # (`vllm serve`: HTTP, tokenising, streaming; its measured front end); False = an
+    # in-process client (`AsyncLLM` / `LLM` in the caller's process: no HTTP front end, the
+    # input and output processors and the hand-off to the engine core process remain,
+    # simserve/cost/host.py IN_PROCESS); None = True, or False with `offline`
+    api_server: bool | None = None
+    # with api_server false: the client tokenises text prompts and detokenises outputs
+    # (vLLM's SamplingParams.detokenize); false = token ids in and out
+    detokenize: bool = True
+    # vLLM's offline `LLM.generate` on a list: every request is added at t = 0 whatever the
+    # workload's arrival times, through the in-process client; token times are when the
+    # client's output processor handled them, and the call returns at the last finish
+    offline: bool = False
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
@@ -89,7 +102,13 @@ class ChunkedConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-        for name in ("enable_prefix_caching", "async_scheduling"):
+        if self.offline is True and self.api_server is True:
+            raise ValueError("api_server: offline LLM.generate runs without the API server; "
+                             "set api_server: false or leave it out")
+        for name in ("detokenize", "offline"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+        for name in ("enable_prefix_caching", "async_scheduling", "api_server"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise ValueError(f"{name}: expected true or false, got {v!r}")

@@ -124,8 +124,9 @@ def _experiment_path(path: Path) -> Path:
 
 def _capacity(args: argparse.Namespace) -> int:
     path = Path(args.path)
-    if not path.exists():
-        raise SimserveError(f"{path}: no such file or folder")
+    if not path.exists():  # a shipped experiment's name, as `simserve run` takes it
+        from simserve.runner.config import experiment_path
+        path = experiment_path(args.path)
     is_yaml = path.suffix in (".yaml", ".yml")
     if not args.bisect:
         for flag in ("lo", "hi", "abs_tol"):

@@ -19,6 +19,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_checked(args: argparse.Namespace) -> int:
+    from simserve.runner.vllm_summary import SummaryFormat
+    summary = SummaryFormat.from_options(args.summary_format, args.percentile_metrics,
+                                         args.metric_percentiles)
     cfg = load_experiment(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / cfg.name
     if not args.no_save:
@@ -26,7 +29,8 @@ def _run_checked(args: argparse.Namespace) -> int:
     before = _stored_hash(out)
     results = run_experiment_config(cfg, out=None if args.no_save else out,
                                      progress=not args.quiet, stream=args.stream or None,
-                                     trace_events=args.trace_events, overwrite=args.overwrite)
+                                     trace_events=args.trace_events, overwrite=args.overwrite,
+                                     summary=summary)
     recs = summary_records(results)
     print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
@@ -84,4 +88,13 @@ def register(sub) -> None:
                    help="write a Chrome / Perfetto trace of every iteration and transfer (a "
                         "track per engine, rank, CPU engine and link); with several points, one "
                         "file each, named FILE-POLICY-RATEreq_s-seedSEED.json")
+    p.add_argument("--summary-format", choices=("simserve", "vllm"), default=None,
+                   help="summary.json as simserve's list of records (default) or as `vllm "
+                        "bench serve --save-result` writes it: one JSON object per point, one "
+                        "a line (summary.csv keeps every column either way)")
+    p.add_argument("--percentile-metrics", metavar="LIST",
+                   help="with --summary-format vllm: metrics whose mean, median, std and "
+                        "percentiles it holds, from ttft,tpot,itl,e2el (default ttft,tpot,itl)")
+    p.add_argument("--metric-percentiles", metavar="LIST",
+                   help="with --summary-format vllm: percentiles, e.g. 50,90,99 (default 99)")
     p.set_defaults(handler=_run)

@@ -50,6 +50,9 @@ class WorkloadConfig:
     random_range_ratio: float | None = None
     max_concurrency: int | None = None
     tile: int = 1  # repeat a trace file this many times in time (scale tests)
+    # a trace row with 0 output tokens: "error" (refused, naming its line) or "one" (counted
+    # as one token, in num_zero_output)
+    zero_output: str = "error"
 
     def random_params(self) -> dict:
         """The random dataset's lengths with vLLM's defaults filled in."""
@@ -77,7 +80,11 @@ class WorkloadConfig:
             raise ValueError(f"burstiness_cv: expected a positive number, got {self.burstiness_cv!r}")
         if not isinstance(self.start, int) or self.start < 0:
             raise ValueError(f"start: expected a non-negative integer, got {self.start!r}")
-        from simserve.workload.transform import OVERLONG
+        from simserve.workload.transform import OVERLONG, ZERO_OUTPUT
+        if self.zero_output not in ZERO_OUTPUT:
+            raise ValueError(f"zero_output: expected one of {', '.join(ZERO_OUTPUT)}, got "
+                             f"{self.zero_output!r}"
+                             f"{did_you_mean(str(self.zero_output), ZERO_OUTPUT)}")
         if self.overlong not in OVERLONG:
             raise ValueError(f"overlong: expected one of {', '.join(OVERLONG)}, got "
                              f"{self.overlong!r}{did_you_mean(str(self.overlong), OVERLONG)}")
@@ -137,7 +144,8 @@ TOP_KEYS = ("name", "model", "hardware", "workload", "policies", "slo")
 # workload keys added after results were first stored: left out of the resolved config (and so
 # of the point hash) while at their defaults, so stored sweep points stay valid
 _LATER_WORKLOAD_DEFAULTS = {"random_input_len": None, "random_output_len": None,
-                            "random_range_ratio": None, "max_concurrency": None, "tile": 1}
+                            "random_range_ratio": None, "max_concurrency": None, "tile": 1,
+                            "zero_output": "error"}
 
 
 def _resolved_workload(w: WorkloadConfig) -> dict:

@@ -1,9 +1,8 @@
 """Request records as CSV text, chunk by chunk, byte for byte what
 `frame.to_csv(index=False, float_format="%.9g")` writes, at a fraction of its cost.
 
-pandas formats each float through a Python callable per value (about 20 µs per row of a
-request frame on this project's 2-core machine); a million-request streamed run would spend
-tens of seconds there. Here each column is formatted once as a list of strings and the rows
+pandas formats each float through a Python callable per value; a million-request streamed
+run would spend tens of seconds there. Here each column is formatted once as a list of strings and the rows
 go through the csv module, which pandas also writes with (the same quoting). Columns of
 another dtype than float, int, bool, or text fall back to pandas.
 """

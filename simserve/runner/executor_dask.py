@@ -48,10 +48,10 @@ class DaskExecutor:
         return False
 
     def close(self) -> None:
-        if self._own:
-            self.client.close()
+        if self._own:  # bounded: a worker stuck in a point must not hang the sweep's exit
+            self.client.close(timeout=30)
             if self._cluster is not None:
-                self._cluster.close()
+                self._cluster.close(timeout=30)
 
     def map_unordered(self, fn: Callable, items: list,
                       shared=None) -> Iterator[tuple[int, object]]:
@@ -59,6 +59,12 @@ class DaskExecutor:
         # join later fetch it from a peer); scatter needs a worker, and a batch system's may
         # still be queued
         self.client.wait_for_workers(1)
+        try:  # a value Dask cannot serialise is logged there and never arrives: say so here
+            import cloudpickle
+            cloudpickle.dumps(shared)
+        except Exception as exc:
+            raise SimserveError(f"--executor dask: the sweep's shared inputs cannot be sent to "
+                                f"the workers ({type(exc).__name__}: {exc})") from None
         [on_workers] = self.client.scatter([shared], broadcast=True, hash=False)
         futures = [self.client.submit(fn, item, on_workers, pure=False) for item in items]
         index = {f.key: i for i, f in enumerate(futures)}

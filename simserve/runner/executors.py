@@ -30,7 +30,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Iterator
 
-from simserve.errors import ConfigError, SimserveError
+from simserve.errors import ConfigError
 
 EXECUTORS = ("local", "dask", "ray")
 

@@ -58,7 +58,7 @@ def _slo(args, cfg: dict) -> tuple[float, float] | None:
             raise SimserveError(f"--slo {args.slo!r}: both must be positive")
         return ttft, tbt
     slo = cfg.get("slo") or {}
-    if "ttft_ms" in slo and "tbt_ms" in slo:
+    if slo.get("ttft_ms") is not None and slo.get("tbt_ms") is not None:
         return float(slo["ttft_ms"]), float(slo["tbt_ms"])
     return None
 
@@ -236,9 +236,13 @@ def _attainment_figure(records, targets, cfg, caps, styles, title, save) -> list
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     plots.attainment_vs_rate(records, ax, target=att[0], capacities=caps, styles=styles)
     run_slo = cfg.get("slo") or {}  # attainment was measured against the run's own SLO
-    if run_slo:
+    if run_slo.get("tbt_ms") is not None:
         ax.set_title(f"SLO attainment — TTFT {run_slo['ttft_ms'] / 1e3:g} s, "
                      f"TBT {run_slo['tbt_ms']:g} ms per-token deadlines", fontsize=11)
+    elif run_slo:
+        within = ", ".join(f"{k[:-3].upper()} {v:g} ms" for k, v in run_slo.items()
+                           if v is not None)
+        ax.set_title(f"SLO attainment — vLLM goodput: {within}", fontsize=11)
     fig.suptitle(title, fontsize=10, color="0.3")
     fig.tight_layout()
     written = save(fig, "attainment")

@@ -9,11 +9,13 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simserve.errors import SimserveError
 from simserve.runner.csv_chunks import csv_text
 from simserve.runner.record_sink import RecordSink, label_frame
 from simserve.runner.config import ExperimentConfig, PolicySpec
+from simserve.runner.vllm_summary import SummaryFormat, vllm_lines
 from simserve.runner.provenance import marker, provenance, read_marker
 from simserve.runner.storage import (claim_out, clean_stale_temp, install, os_error, out_lock,
                                      records_frame, staging, write_config, write_records)
@@ -23,6 +25,9 @@ from simserve.models import get_model
 from simserve.run import SimResult, simulate_point
 from simserve.workload.build import build_workload
 from simserve.workload.spec import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -78,15 +83,21 @@ def make_workload(cfg: ExperimentConfig, rate: float, seed: int,
                           seed=seed, burstiness_cv=w.burstiness_cv,
                           max_context=w.max_context or model.max_context, start=w.start,
                           max_concurrency=w.max_concurrency, tile=w.tile, overlong=w.overlong,
-                          loaded=loaded, **w.random_params())
+                          loaded=loaded, zero_output=w.zero_output, **w.random_params())
 
 
 def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
               workload: Workload | None = None, requests_sink: RecordSink | None = None,
-              progress=False, trace_events=None) -> PointResult:
+              progress=False, trace_events=None, percentiles=()) -> PointResult:
     """One point. With `requests_sink` the run is streamed: per-request rows go to the sink in
     chunks as requests finish and `requests` is None (memory stays flat).
-    `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`)."""
+    `trace_events`: a path for the point's Chrome / Perfetto trace (`simulate_point`).
+    `percentiles`: further latency percentiles for the summary (`metrics.more_percentiles`);
+    not with a streamed run, which keeps no per-request latencies."""
+    if percentiles and requests_sink is not None:
+        raise SimserveError("percentiles other than 50, 90 and 99 need every request's "
+                            "latency in memory; a streamed run (--stream, or 200,000 requests "
+                            "a point) keeps only those three")
     hardware = hardware or resolve_hardware(cfg.hardware)
     wl = workload if workload is not None else make_workload(cfg, pt.rate, pt.seed)
     labels = (pt.policy.label, pt.rate, pt.seed)
@@ -103,6 +114,8 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         summary = {"policy": pt.policy.label, "request_rate": pt.rate, "seed": pt.seed,
                    "num_requests": wl.num_requests, "num_capped": int(wl.num_capped),
                    "num_dropped": int(wl.num_dropped),
+                   **({"num_zero_output": int(wl.meta["num_zero_output"])}
+                      if wl.meta.get("num_zero_output") else {}),
                    "max_concurrency": wl.max_concurrency, "model": cfg.model, "gpu": hw.gpu,
                    "num_gpus": hw.num_gpus, "policy_name": pt.policy.name,
                    "policy_options": dataclasses.asdict(pt.policy.config), "date": run_date()}
@@ -117,6 +130,9 @@ def run_point(cfg: ExperimentConfig, pt: Point, hardware=None,
         summary.update(res.stats.get("prefix_cache_summary", {}))
         return PointResult(pt, summary, None, res.stats, res.recorder.frame)
     summary.update(summarize(res.records, cfg.slo))
+    if percentiles:
+        from simserve.metrics import more_percentiles
+        summary.update(more_percentiles(res.records, percentiles))
     summary.update(res.stats.get("prefix_cache_summary", {}))
     records = res.records
     return PointResult(pt, summary, lambda: label_frame(request_frame(records, cfg.slo), labels),
@@ -147,20 +163,25 @@ def validate(cfg: ExperimentConfig) -> Workload:
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
                           trace_events: str | Path | None = None,
-                          overwrite: bool = False) -> list[PointResult]:
+                          overwrite: bool = False, workload: Workload | None = None,
+                          summary: SummaryFormat | None = None) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
     folder's lock (a second run into the same `out` at the same time is refused). `out` must
     be new, empty, or simserve's own run results (`storage.claim_out`; `overwrite` takes any
     folder over); only simserve's files there are replaced, anything else stays.
-    `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`)."""
+    `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`).
+    `workload`: the requests of every point (a user's own), instead of `cfg`'s trace.
+    `summary`: summary.json's form (`vllm_summary.SummaryFormat`; simserve's by default)."""
+    extra = {"workload": workload, "summary": summary or SummaryFormat()}
     if out is None:
-        return _run_experiment_config(cfg, None, progress, stream, trace_events)
+        return _run_experiment_config(cfg, None, progress, stream, trace_events, **extra)
     out = Path(out)
     with out_lock(out):
         old = claim_out(out, "run", overwrite)
         try:
             clean_stale_temp(out)
-            return _run_experiment_config(cfg, out, progress, stream, trace_events, old)
+            return _run_experiment_config(cfg, out, progress, stream, trace_events, old,
+                                          **extra)
         except OSError as exc:
             raise os_error(out, exc) from None
 
@@ -179,11 +200,17 @@ def trace_path(base: str | Path, pt: Point, many: bool) -> Path:
 def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
                           trace_events: str | Path | None = None,
-                          old_marker: dict | None = None) -> list[PointResult]:
+                          old_marker: dict | None = None, workload: Workload | None = None,
+                          summary: SummaryFormat | None = None) -> list[PointResult]:
     """Every point; results written to `out` when given. `stream` (default: points of
     `STREAM_MIN_REQUESTS` requests or more) writes per-request rows to out/requests.csv in
     chunks while points run instead of holding them (PointResult.requests is then None)."""
-    first = validate(cfg)
+    summary = summary or SummaryFormat()
+    if workload is None:
+        first = validate(cfg)
+    else:
+        resolve_hardware(cfg.hardware)
+        first = workload
     if stream is None:
         stream = first.num_requests >= STREAM_MIN_REQUESTS
     hardware = resolve_hardware(cfg.hardware)
@@ -205,10 +232,11 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                     bar.set_postfix_str(f"{pt.policy.label} rate={pt.rate:g} seed={pt.seed}")
                 trace = None if trace_events is None else \
                     trace_path(trace_events, pt, len(pts) > 1)
-                same = (pt.rate, pt.seed) == (cfg.workload.rates[0], cfg.workload.seeds[0])
+                same = workload is not None or \
+                    (pt.rate, pt.seed) == (cfg.workload.rates[0], cfg.workload.seeds[0])
                 results.append(run_point(cfg, pt, hardware, workload=first if same else None,
                                          requests_sink=sink, progress=point_bar,
-                                         trace_events=trace))
+                                         trace_events=trace, percentiles=summary.extra))
                 if bar:
                     bar.update()
         finally:
@@ -219,13 +247,13 @@ def _run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
     if not stream:
         results = run_all(None)
         if out is not None:
-            write_results(cfg, results, Path(out), old_marker)
+            write_results(cfg, results, Path(out), old_marker, summary)
         return results
     if out is None:
         return run_all(RecordSink(None))
     with staging(Path(out)) as tmp:
         results = run_all(RecordSink(tmp / "requests.csv"))
-        _write_summary_files(tmp, cfg, results)
+        _write_summary_files(tmp, cfg, results, summary)
         install(tmp, Path(out), run_marker(cfg), old_marker)
     return results
 
@@ -235,7 +263,7 @@ def summary_records(results: list[PointResult]) -> list[dict]:
 
 
 def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path,
-                  old_marker: dict | None = None) -> Path:
+                  old_marker: dict | None = None, summary: SummaryFormat | None = None) -> Path:
     """Write summary.json, summary.csv, requests.csv, config.yaml (resolved) with its hash,
     into a temporary sibling folder, then move them into `out` with the marker
     (`storage.install`: of what `out` held, only simserve's files listed in `old_marker`, or
@@ -246,7 +274,7 @@ def write_results(cfg: ExperimentConfig, results: list[PointResult], out: Path,
     with staging(out) as tmp:
         with open(tmp / "requests.csv", "w", newline="") as f:
             f.write(csv_text(pd.concat([r.requests for r in results], ignore_index=True)))
-        _write_summary_files(tmp, cfg, results)
+        _write_summary_files(tmp, cfg, results, summary)
         install(tmp, out, run_marker(cfg), old_marker)
     return out
 
@@ -256,9 +284,14 @@ def run_marker(cfg: ExperimentConfig) -> dict:
     return marker("run", provenance(cfg), [], complete=True, points=len(points(cfg)))
 
 
-def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult]) -> None:
+def _write_summary_files(tmp: Path, cfg: ExperimentConfig, results: list[PointResult],
+                         summary: SummaryFormat | None = None) -> None:
     recs = summary_records(results)
-    write_records(tmp / "summary.json", recs)
+    if summary is not None and summary.kind == "vllm":
+        (tmp / "summary.json").write_text(vllm_lines(recs, cfg, summary.percentile_metrics,
+                                                     summary.metric_percentiles))
+    else:
+        write_records(tmp / "summary.json", recs)
     records_frame(recs).to_csv(tmp / "summary.csv", index=False)
     write_config(tmp / "config.yaml", cfg.resolved(),
                  f"resolved config of {cfg.source}; sha256[:16] of it and its hardware "

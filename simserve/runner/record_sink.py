@@ -15,9 +15,9 @@ from pathlib import Path
 
 from simserve.runner.csv_chunks import csv_text
 
-# The child's start-up (spawn, imports, first answer) measured 0.4 s on this project's 2-core
-# machine, and the digest it takes over about 20 µs a request (bench_scale: 2.0 CPU s at 100k):
-# below ~20,000 requests it would cost more than it saves; 100,000 leaves a margin.
+# The child's start-up (spawn, imports, first answer) is a fixed cost and the digest it takes
+# over a per-request one (benchmarks/bench_scale.py measures both): below ~20,000 requests it
+# would cost more than it saves; 100,000 leaves a margin.
 PROCESS_MIN_REQUESTS = 100_000
 
 

@@ -1,8 +1,12 @@
 """`simserve regress DIR [--update]`: rerun small experiments and compare their curves and
 sustainable rates with stored baselines.
 
-DIR holds experiment YAMLs, `regress.yaml` (per-metric relative tolerances and, per
-experiment, targets such as `p99_ttft_ms<=2000`) and `baselines/NAME.json`. A point (policy,
+DIR holds experiment YAMLs (a user's own folder of them works as it is), `baselines/NAME.json`
+beside them (`--update` records them), and optionally `regress.yaml` (per-metric relative
+tolerances and, per experiment, targets such as `p99_ttft_ms<=2000`; without it,
+`DEFAULT_TOLERANCES` and no targets). `--junit-xml FILE` also writes the comparisons as JUnit
+test cases, one per metric of each (experiment, policy) curve, so a CI system lists the curve
+that moved. A point (policy,
 rate, seed) changes when a metric moves by more than its tolerance, relative to the
 baseline; a sustainable rate likewise (a censored rate must stay censored). Any change, better
 or worse, fails: the simulator's behaviour moved and a person should look, then accept it with
@@ -51,19 +55,39 @@ class Row:
         return abs(self.rel) > self.tol
 
 
+# without a regress.yaml: the headline metrics may move by 2 % (our choice: about the spread
+# of a seed change at these sizes is larger, so baselines are compared seed for seed)
+DEFAULT_TOLERANCES = {"mean_ttft_ms": 0.02, "p99_ttft_ms": 0.02, "mean_tpot_ms": 0.02,
+                      "p99_itl_ms": 0.02, "mean_e2el_ms": 0.02, "output_throughput": 0.02,
+                      "slo_attainment": 0.02, "request_goodput": 0.02, "sustainable_rate": 0.02}
+
+
 def load_settings(folder: Path) -> dict:
     p = folder / "regress.yaml"
     if not p.exists():
-        raise ConfigError(f"{p}: missing (tolerances and targets of the regression check)")
-    d = yaml.safe_load(p.read_text()) or {}
+        return {"tolerances": dict(DEFAULT_TOLERANCES), "targets": {}}
+    try:
+        d = yaml.safe_load(p.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: not readable YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{p}: expected a mapping with tolerances: and targets:")
     for k in d:
         if k not in ("tolerances", "targets"):
             raise ConfigError(f"{p}: unknown key {k!r}{did_you_mean(k, ['tolerances', 'targets'])}")
     tol = d.get("tolerances") or {}
+    targets = d.get("targets") or {}
+    if not isinstance(tol, dict) or not isinstance(targets, dict):
+        raise ConfigError(f"{p}: tolerances and targets: expected mappings")
     for k, v in tol.items():
-        if not isinstance(v, (int, float)) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ConfigError(f"{p}: tolerances.{k}: expected a non-negative number, got {v!r}")
-    return {"tolerances": tol, "targets": d.get("targets") or {}}
+    for k, v in targets.items():
+        if not isinstance(v, list):
+            raise ConfigError(f"{p}: targets.{k}: expected a list, e.g. [p99_ttft_ms<=2000]")
+        for t in v:
+            parse_target(t, f"{p}: targets.{k}")
+    return {"tolerances": tol, "targets": targets}
 
 
 def parse_target(expr: str, where: str) -> tuple[str, str, float]:
@@ -138,7 +162,8 @@ def format_rows(rows: list[Row], only_changed: bool = False) -> str:
 
 
 def experiments(folder: Path) -> list[Path]:
-    files = sorted(p for p in folder.glob("*.yaml") if p.name != "regress.yaml")
+    files = sorted(p for p in [*folder.glob("*.yaml"), *folder.glob("*.yml")]
+                   if p.name not in ("regress.yaml", "regress.yml"))
     if not files:
         raise ConfigError(f"{folder}: no experiment YAMLs to regress")
     return files
@@ -154,24 +179,39 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def regress(folder: Path, update: bool = False, verbose: bool = False) -> tuple[str, bool]:
-    """Returns the report and whether everything matched the baselines."""
+def regress(folder: Path, update: bool = False, verbose: bool = False,
+            junit: Path | None = None) -> tuple[str, bool]:
+    """Returns the report and whether everything matched the baselines; `junit`: where to
+    write the comparisons as a JUnit XML report."""
     settings = load_settings(folder)
     report, ok = [], True
-    for path in experiments(folder):
+    cases: list[tuple[str, list[Row], str | None]] = []  # experiment, rows, why none
+    files = experiments(folder)
+    for path in files:  # every file parses before anything runs
+        load_experiment(path)
+    if not (folder / "regress.yaml").exists():
+        report.append(f"{folder}: no regress.yaml; default tolerances "
+                      f"({', '.join(f'{k} {v:.0%}' for k, v in DEFAULT_TOLERANCES.items())})")
+    for path in files:
         targets = settings["targets"].get(path.stem, [])
         now = measure(path, targets)
         bpath = folder / "baselines" / f"{path.stem}.json"
         if not bpath.exists():
             if not update:
                 report.append(f"{path.name}: no baseline ({bpath}); run with --update to record one")
+                cases.append((path.stem, [], f"no baseline {bpath}; run with --update"))
                 ok = False
                 continue
             write_json(bpath, now)
             report.append(f"{path.name}: baseline recorded ({len(now['points'])} points)")
             continue
-        base = json.loads(bpath.read_text())
+        try:
+            base = json.loads(bpath.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{bpath}: not a readable baseline ({exc}); rerun with --update "
+                              "to record it again") from None
         rows = compare(base, now, settings["tolerances"])
+        cases.append((path.stem, rows, None))
         changed = [r for r in rows if r.changed]
         rates = ", ".join(f"{s['policy']} {s['target']}: "
                           f"{'>=' if s['censored'] and not math.isnan(s['rate']) else ''}"
@@ -185,4 +225,7 @@ def regress(folder: Path, update: bool = False, verbose: bool = False) -> tuple[
             write_json(bpath, now)
             report.append(f"  baseline {bpath} rewritten")
         ok = ok and (update or not changed)
+    if junit is not None:
+        from simserve.runner.junit import write_junit
+        write_junit(junit, folder, cases)
     return "\n".join(report), ok

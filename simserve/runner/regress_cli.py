@@ -1,4 +1,4 @@
-"""`simserve regress DIR [--update] [--verbose]`."""
+"""`simserve regress DIR [--update] [--verbose] [--junit-xml FILE]`."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,10 @@ def _regress(args: argparse.Namespace) -> int:
     folder = Path(args.dir)
     if not folder.is_dir():
         raise SimserveError(f"{folder}: no such folder")
-    report, ok = regress(folder, update=args.update, verbose=args.verbose)
+    junit = Path(args.junit_xml) if args.junit_xml else None
+    if junit is not None and not junit.resolve().parent.is_dir():
+        raise SimserveError(f"--junit-xml {junit}: no such folder {junit.parent}")
+    report, ok = regress(folder, update=args.update, verbose=args.verbose, junit=junit)
     print(report)
     if not ok:
         print("regression check FAILED: outputs moved beyond tolerance (see CHANGED rows); "
@@ -22,7 +25,11 @@ def _regress(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("regress", help="compare small experiments with stored baselines")
-    p.add_argument("dir", help="folder of experiments with regress.yaml and baselines/")
+    p.add_argument("dir", help="folder of experiment YAMLs, with baselines/ beside them "
+                               "(--update records them) and optionally regress.yaml")
     p.add_argument("--update", action="store_true", help="rewrite the baselines")
     p.add_argument("-v", "--verbose", action="store_true", help="print every comparison")
+    p.add_argument("--junit-xml", metavar="FILE",
+                   help="also write the comparisons as a JUnit XML report (a test case per "
+                        "metric of each experiment's policy curve), for CI systems")
     p.set_defaults(handler=_regress)

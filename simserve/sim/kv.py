@@ -5,6 +5,8 @@ A pool only counts blocks: which request holds how many is the owner's bookkeepi
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 class KVOvercommitError(RuntimeError):
     pass
@@ -80,7 +82,8 @@ class PrefixCachingBlockPool(BlockPool):
     def __init__(self, name: str, num_blocks: int, block_size: int = 16):
         super().__init__(name, num_blocks, block_size)
         from collections import OrderedDict
-        self._q = OrderedDict({(0,): int(num_blocks)})
+        # (run,) -> anonymous run size, a cached hash -> None, ("p", run) -> [lo, hi, rid]
+        self._q: OrderedDict[Any, Any] = OrderedDict({(0,): int(num_blocks)})
         self._run = 1
         self.ref: dict[int, int] = {}  # cached hash -> requests holding its block
         self.priv: dict[int, tuple] = {}  # rid -> key of its private run in the queue

@@ -51,13 +51,12 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
     """End times (plain floats) of the steps a leap takes: `decode_ends` of the batch whose
     KV holds Σ ctx_sum0 - B tokens (longest ctx_max0 - 1), cut as `steps_before` cuts it.
     Only about the steps taken are priced (`step_hint`, a recent step's duration, guesses how
-    many fit before the arrival; a GpuCostModel prices one or two steps as stepping does,
-    more with `decode_steps_list`, up to `list_steps` of them, and longer runs in numpy), so
-    a leap that an arrival ends early costs little.
+    many fit before the arrival; a GpuCostModel prices them with `decode_steps`), so a leap
+    that an arrival ends early costs little.
     The same floats as `decode_ends` whatever the guess (tests check)."""
-    B, e, ends, j0 = num_decodes, float(clock), [], 0  # a float: numpy scalars add 3x slower
-    fast = getattr(type(cost), "decode_steps_list", None) is not None
-    list_steps = cost.list_steps if fast else 0
+    ends: list[float] = []
+    B, e, j0 = num_decodes, float(clock), 0  # a float: numpy scalars add 3x slower
+    fast = getattr(type(cost), "decode_steps", None) is not None  # else a wrapper's calls
     n = kmax
     if step_hint > 0.0 and next_arrival_s < math.inf:
         n = max(2, int((next_arrival_s - clock) / step_hint) + 2)
@@ -67,12 +66,8 @@ def leap_ends(cost, clock: float, num_decodes: int, ctx_sum0: int, ctx_max0: int
         if not fast:
             steps = np.arange(n, dtype=np.int64)
             d = np.atleast_1d(cost.decode_only_s(B, s0 + B * steps, m0 + steps)).tolist()
-        elif n <= SCALAR_STEPS:  # one step at a time, as stepping prices it
-            d = [cost.decode_only_s(B, s0 + B * j, m0 + j) for j in range(n)]
-        elif n <= list_steps:  # (GpuCostModel.list_steps: where the list path is faster)
-            d = cost.decode_steps_list(B, s0, m0, n)
         else:
-            d = cost.decode_steps_s(B, s0, m0, n).tolist()
+            d = cost.decode_steps(B, s0, m0, n)
         a = len(ends)
         e = _append_ends(ends, d, e)  # e + d0, then + d1, ... (in order, as stepping adds)
         if e >= next_arrival_s:  # the steps that start before the arrival, and the next one
@@ -91,8 +86,3 @@ def _append_ends(ends: list[float], d: list[float], e: float) -> float:
         ends.append(e)
     return e
 
-
-# up to this many steps, a GpuCostModel's scalar `decode_only_s` per step (~4.6 µs on this
-# project's machine) beats `decode_steps_list`'s fixed numpy calls (~6-10 µs for one step):
-# most leaps of an engine under async scheduling that waits to see its head take one step
-SCALAR_STEPS = 2

@@ -102,6 +102,12 @@ class PrefixCacheStats:
 
     __slots__ = ("requests", "queries", "hits", "preempted_requests", "preempted_queries",
                  "preempted_hits")
+    requests: int
+    queries: int
+    hits: int
+    preempted_requests: int
+    preempted_queries: int
+    preempted_hits: int
 
     def __init__(self):
         for k in self.__slots__:

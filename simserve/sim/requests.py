@@ -25,8 +25,7 @@ if TYPE_CHECKING:  # type-only: the core is handed these specs, it imports nothi
 
 SMALL = 48  # up to this many ids per call, loop over plain ints instead of numpy calls
 # emit_steps with the counts given: its loop (`emit_runs`) beats its numpy calls up to here
-# (1 to 30 steps: 8 ids 3.5 vs 5.7-6.8 us, 24 ids 7.8-8.3 vs 7.2-9.2, 32 ids 10.1-10.5 vs
-# 8.5-10.4, 48 ids 14.1-14.7 vs 9.4-12.7)
+# (the crossover measured for 1 to 30 steps; numpy's fixed per-call cost wins above it)
 SMALL_STEPS = 28
 
 
@@ -114,6 +113,8 @@ class RequestTable:
         self.token_on_cpu = None  # per-token residency, allocated by CPU-tier engines
         # prompt block content hashes (Mooncake hash_ids) for prefix caching; None: no reuse
         self.hash_ids = w.hash_ids
+        # the trace's extra per-request columns (`Workload.attrs`: name -> array by request id)
+        self.attrs = w.attrs
         self.hash_block_tokens = w.hash_block_tokens
         # the int arrays are never reallocated: views for per-element access in Python loops
         self._views = (memoryview(self.generated), memoryview(self.num_tokens),

@@ -24,7 +24,7 @@ from simserve.workload.synthetic import (RANDOM, SYNTHETIC, check_count, check_p
                                          random_workload)
 from simserve.workload.transform import (OVERLONG, cap_context, drop_overlong, first_n,
                                          normalize_exponential, normalize_gamma, scale_gaps,
-                                         tile, trace_arrivals)
+                                         tile, trace_arrivals, zero_outputs)
 
 ARRIVALS = ("poisson", "gamma", "scale", "trace")
 SYNTHETIC_ARRIVALS = ("poisson", "gamma")
@@ -57,6 +57,7 @@ def _encode(w: Workload) -> dict:
     d = {f.name: getattr(w, f.name) for f in dataclasses.fields(w)}
     for k in _ARRAYS:
         d[k] = (d[k].dtype.str, d[k].tobytes())
+    d["attrs"] = {k: (v.dtype.str, v.tobytes()) for k, v in w.attrs.items()}
     return d
 
 
@@ -64,6 +65,7 @@ def _decode(d: dict) -> Workload:
     for k in _ARRAYS:
         dtype, data = d[k]
         d[k] = np.frombuffer(data, dtype=dtype)
+    d["attrs"] = {k: np.frombuffer(data, dtype=dtype) for k, (dtype, data) in d["attrs"].items()}
     return Workload(**d)
 
 
@@ -92,7 +94,8 @@ def load_named_trace(trace: str) -> Workload:
 
 
 def _load(trace: str, num_requests: int | None, seed: int, start: int, random: dict,
-          tiles: int = 1, loaded: Workload | None = None) -> Workload:
+          tiles: int = 1, loaded: Workload | None = None,
+          zero_output: str = "error") -> Workload:
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise ConfigError(f"start: expected an integer >= 0, got {start!r}")
     if tiles != 1 and (trace in SYNTHETIC or trace == RANDOM):
@@ -110,7 +113,8 @@ def _load(trace: str, num_requests: int | None, seed: int, start: int, random: d
         n = check_count(num_requests)
         w = SYNTHETIC[trace].generate(start + n, seed)
         return first_n(w, n, start) if start else w
-    w = tile(loaded if loaded is not None else load_named_trace(trace), tiles)
+    w = zero_outputs(loaded if loaded is not None else load_named_trace(trace), zero_output)
+    w = tile(w, tiles)
     if start >= w.num_requests:
         raise ConfigError(f"start: {start} is past the end of {w.name} ({w.num_requests} "
                           "requests)")
@@ -123,7 +127,7 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
                    start: int = 0, overlong: str = "drop", random_input_len: int = 1024,
                    random_output_len: int = 128, random_range_ratio: float = 0.0,
                    max_concurrency: int | None = None, tile: int = 1,
-                   loaded: Workload | None = None) -> Workload:
+                   loaded: Workload | None = None, zero_output: str = "error") -> Workload:
     """Requests for one run.
 
     trace: a built-in synthetic name (`SYNTHETIC`), `random` (vLLM's random dataset, lengths
@@ -139,6 +143,8 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
     it (counted in `num_dropped`) or `cap` it (prompt to max_context - 1, then the output;
     counted in `num_capped`).
     loaded: the trace file already parsed (`load_named_trace(trace)`); it is then not read.
+    zero_output: a trace row with 0 output tokens is refused (`error`, naming its line) or
+    counted as one token (`one`; `transform.zero_outputs`).
     """
     if arrival not in ARRIVALS:
         raise ConfigError(f"arrival: expected one of {', '.join(ARRIVALS)}, got {arrival!r}"
@@ -160,7 +166,7 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
             rate = check_positive(rate, "rate")
     w = _load(trace, num_requests, seed, start,
               {"input_len": random_input_len, "output_len": random_output_len,
-               "range_ratio": random_range_ratio}, tile, loaded)
+               "range_ratio": random_range_ratio}, tile, loaded, zero_output)
     if max_context is not None and overlong == "drop":
         w = drop_overlong(w, max_context)
     if at_once:  # every request at t = 0, as vLLM sends them at an infinite rate

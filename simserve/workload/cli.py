@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from simserve.errors import SimserveError
 from simserve.workload.build import load_trace
 from simserve.workload.manifest import (cache_dir, fetch_trace, find_local, load_manifest,
                                         resolve_trace, trace_dirs)
@@ -30,10 +31,24 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+SYNTHETIC_STATS_REQUESTS = 2000  # the quickstart's count, when --first is not given
+
+
 def _stats(args: argparse.Namespace) -> int:
-    w = load_trace(resolve_trace(args.trace))
-    if args.first is not None:
-        w = first_n(w, args.first)
+    from simserve.workload.build import RANDOM, build_workload
+    if args.trace in SYNTHETIC or args.trace == RANDOM:  # names `simserve run` accepts too
+        n = SYNTHETIC_STATS_REQUESTS if args.first is None else args.first
+        w = build_workload(args.trace, num_requests=n, arrival="poisson", rate=args.rate,
+                           seed=0)
+        print(f"{args.trace}: synthetic, {n} requests generated (seed 0, poisson arrivals at "
+              f"{args.rate:g} req/s; --first N, --rate R)")
+    else:
+        if args.rate != 1.0:
+            raise SimserveError("--rate: only for a synthetic workload (a trace file has its "
+                                "own arrival times)")
+        w = load_trace(resolve_trace(args.trace, also_known=(*SYNTHETIC, RANDOM)))
+        if args.first is not None:
+            w = first_n(w, args.first)
     print(format_stats({**trace_stats(w), "name": args.trace}))
     return 0
 
@@ -54,5 +69,8 @@ def register(subparsers) -> None:
     st = sub.add_parser("stats", help="request count, length percentiles, duration, rate")
     st.add_argument("trace", metavar="FILE_OR_NAME")
     st.add_argument("--first", metavar="N", type=int, default=None,
-                    help="only the first N requests")
+                    help="only the first N requests (a synthetic workload: N generated, "
+                         f"default {SYNTHETIC_STATS_REQUESTS})")
+    st.add_argument("--rate", metavar="R", type=float, default=1.0,
+                    help="a synthetic workload's arrival rate in req/s (default 1)")
     st.set_defaults(handler=_stats)

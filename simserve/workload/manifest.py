@@ -5,8 +5,10 @@ Search order for a named trace's file (`trace_dirs()`):
 1. every directory in `$SIMSERVE_TRACE_DIR` (one path, or several joined by os.pathsep);
 2. the user cache, `$XDG_CACHE_HOME/simserve/traces` (default `~/.cache/simserve/traces`),
    where `simserve traces fetch` stores downloads;
-3. in a source checkout only, `../shared/traces` relative to the repository root (the parent
-   of the `simserve` package directory), where the project's shared copies live.
+3. in a source checkout only, and only while `$SIMSERVE_TRACE_DIR` is not set,
+   `../shared/traces` relative to the repository root (the parent of the `simserve` package
+   directory), where the project's shared copies live. Setting `$SIMSERVE_TRACE_DIR` (to an
+   empty folder, say) hides them: tests that need a trace then skip.
 """
 from __future__ import annotations
 
@@ -103,7 +105,8 @@ def trace_dirs() -> list[Path]:
     """Directories searched for named traces, in order (see the module docstring)."""
     env = os.environ.get("SIMSERVE_TRACE_DIR", "")
     dirs = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-    shared = [paths.REPO_ROOT.parent / "shared" / "traces"] if paths.in_checkout() else []
+    shared = [paths.REPO_ROOT.parent / "shared" / "traces"] \
+        if paths.in_checkout() and not env else []
     return dirs + [cache_dir()] + shared
 
 

@@ -4,8 +4,10 @@ Parsing is vectorised (pandas / one `json.loads` call); per-row Python runs only
 first bad line once a vectorised check has failed. Blank lines are skipped, but every error
 names the file and the 1-based line number of the offending row.
 
-Output lengths of 0 are read as 1 (a request always produces its first token) and counted in
-`meta["num_zero_output"]`; prompt lengths of 0 and negative lengths are errors.
+Output lengths of 0 are kept as read, counted in `meta["num_zero_output"]`, with the first such
+row's line in `meta["first_zero_output_line"]`: a run refuses them, naming that line, unless the
+workload says `zero_output: one` (`workload.transform.zero_outputs`). Prompt lengths of 0 and
+negative lengths are errors.
 """
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ import itertools
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simserve.errors import TraceFormatError
 from simserve.workload.spec import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 PLAIN_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -46,8 +52,10 @@ class _Rows:
             raise TraceFormatError(f"{self.path}:{int(self.lines[i])}: {why(i)}")
 
 
-def _read_csv_strings(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
-    """All cells as stripped strings, blank lines dropped; also each row's file line number."""
+def _read_csv_strings(path: Path, columns: tuple[str, ...],
+                      extra: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+    """All cells as stripped strings, blank lines dropped; also each row's file line number.
+    Only `columns` are kept, unless `extra`: then every column (`columns` first)."""
     import pandas as pd  # here, not at import: a cached trace needs no pandas (parsed_cache)
     try:
         df = pd.read_csv(path, dtype=str, na_filter=False, skip_blank_lines=False,
@@ -68,7 +76,8 @@ def _read_csv_strings(path: Path, columns: tuple[str, ...]) -> tuple[pd.DataFram
         raise TraceFormatError(
             f"{path}:1: header lacks column(s) {', '.join(missing)}; expected "
             f"{','.join(columns)}, found {','.join(df.columns)}")
-    df = df.loc[:, list(columns)].apply(lambda s: s.str.strip())
+    keep = list(columns) + ([c for c in df.columns if c not in columns] if extra else [])
+    df = df.loc[:, keep].apply(lambda s: s.str.strip())
     blank = (df == "").all(axis=1).to_numpy()
     lines = np.flatnonzero(~blank) + 2  # header is line 1
     df = df.loc[~blank].reset_index(drop=True)
@@ -101,12 +110,14 @@ def _check_arrivals(t: np.ndarray, rows: _Rows, what: str) -> None:
 
 
 def _finish(path: Path, fmt: str, arrival_s, prompt, output, rows: _Rows, **meta) -> Workload:
-    """Shared last checks: prompt >= 1, output 0 -> 1 (counted)."""
+    """Shared last checks: prompt >= 1; outputs of 0 kept, counted, the first one's line kept."""
     rows.flag(prompt == 0, lambda i: "prompt length of 0 tokens")
     rows.raise_first()
-    zero_out = output == 0
-    output = np.where(zero_out, 1, output).astype(np.int64)
-    meta = {"source": str(path), "format": fmt, "num_zero_output": int(zero_out.sum()), **meta}
+    zero_out = np.flatnonzero(output == 0)
+    meta = {"source": str(path), "format": fmt, "num_zero_output": int(zero_out.size),
+            **({"first_zero_output_line": int(rows.lines[zero_out[0]])} if zero_out.size
+               else {}), **meta}
+    output = np.asarray(output, dtype=np.int64)
     return Workload(np.asarray(arrival_s, dtype=np.float64), prompt.astype(np.int64), output,
                     name=path.stem, meta=meta)
 
@@ -137,13 +148,15 @@ def read_azure_csv(path) -> Workload:
 
 
 def read_plain_csv(path) -> Workload:
-    """Plain CSV with header `arrival_s,prompt_tokens,output_tokens` (extra columns ignored).
+    """Plain CSV with header `arrival_s,prompt_tokens,output_tokens`; further columns whose
+    every cell is a number (e.g. `priority`) become per-request attributes (`Workload.attrs`),
+    others are ignored.
 
     Arrivals are kept as written (seconds, >= 0, non-decreasing).
     """
     import pandas as pd
     path = Path(path)
-    df, lines = _read_csv_strings(path, PLAIN_COLUMNS)
+    df, lines = _read_csv_strings(path, PLAIN_COLUMNS, extra=True)
     rows = _Rows(path, lines)
     a_text = df["arrival_s"]
     rows.flag((a_text == "").to_numpy(), lambda i: "missing field arrival_s")
@@ -155,7 +168,25 @@ def read_plain_csv(path) -> Workload:
     output = _token_column(df, "output_tokens", rows)
     rows.raise_first()
     _check_arrivals(arrival, rows, "arrival_s")
-    return _finish(path, "plain-csv", arrival, prompt, output, rows)
+    w = _finish(path, "plain-csv", arrival, prompt, output, rows)
+    attrs = _numeric_columns(df, [c for c in df.columns if c not in PLAIN_COLUMNS])
+    return dataclasses.replace(w, attrs=attrs) if attrs else w
+
+
+def _numeric_columns(df: pd.DataFrame, names: list[str]) -> dict:
+    """The columns among `names` whose every cell is a number, as int64 (all integers) or
+    float64 arrays: a trace's extra per-request attributes. Other columns are left out."""
+    out = {}
+    for c in names:
+        s = df[c]
+        if s.str.fullmatch(_INT_RE).all():
+            out[c] = s.astype(np.int64).to_numpy()
+            continue
+        try:
+            out[c] = s.astype(np.float64).to_numpy()
+        except ValueError:
+            continue
+    return out
 
 
 def _jsonl_lines(path: Path) -> tuple[list[str], np.ndarray]:
@@ -238,7 +269,21 @@ def read_mooncake_jsonl(path) -> Workload:
     w = _finish(path, "mooncake-jsonl", arrival, prompt, output, rows, **meta)
     if hash_ids is not None:
         w = dataclasses.replace(w, hash_ids=hash_ids, hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
-    return w
+    attrs = _numeric_keys(objs)
+    return dataclasses.replace(w, attrs=attrs) if attrs else w
+
+
+def _numeric_keys(objs: list[dict]) -> dict:
+    """Keys beyond Mooncake's that every row has as a number (e.g. `priority`): per-request
+    attributes, int64 when all are integers, else float64. Other keys are left out."""
+    out = {}
+    for k in sorted(set(objs[0]) - set(MOONCAKE_KEYS) - {"hash_ids"}):
+        vals = [o.get(k) for o in objs]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            continue
+        ints = all(isinstance(v, int) and -2**63 <= v < 2**63 for v in vals)
+        out[k] = np.array(vals, dtype=np.int64 if ints else np.float64)
+    return out
 
 
 def read_trace(path) -> Workload:

@@ -24,6 +24,9 @@ class Workload:
     max_concurrency  the client's limit on requests in flight (`vllm bench serve
                    --max-concurrency`): a request waits past its arrival time until fewer are
                    in flight; None sends every request at its arrival time (open loop)
+    attrs          extra per-request columns of the trace (e.g. `priority`), name -> a numeric
+                   array with one entry per request; a policy reads them from the request
+                   table (`RequestTable.attrs`)
     """
 
     arrival_s: np.ndarray
@@ -36,6 +39,7 @@ class Workload:
     hash_ids: tuple | None = None
     hash_block_tokens: int = 512
     max_concurrency: int | None = None
+    attrs: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -43,6 +47,9 @@ class Workload:
             raise ValueError("Workload arrays must have equal lengths")
         if self.hash_ids is not None and len(self.hash_ids) != n:
             raise ValueError("Workload.hash_ids must have one entry per request")
+        for k, v in self.attrs.items():
+            if len(v) != n:
+                raise ValueError(f"Workload.attrs[{k!r}] must have one entry per request")
         m = self.max_concurrency
         if m is not None and (isinstance(m, bool) or not isinstance(m, (int, np.integer))
                               or m < 1):

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from simserve.errors import ConfigError
+from simserve.errors import ConfigError, TraceFormatError
 from simserve.workload.spec import Workload
 from simserve.workload.synthetic import (arrival_rng, check_count, check_positive,
                                          gamma_arrivals)
@@ -32,6 +32,7 @@ def first_n(w: Workload, n: int, start: int = 0) -> Workload:
                                prompt_tokens=w.prompt_tokens[sl].copy(),
                                output_tokens=w.output_tokens[sl].copy(),
                                hash_ids=None if w.hash_ids is None else w.hash_ids[sl],
+                               attrs={k: v[sl].copy() for k, v in w.attrs.items()},
                                meta={**w.meta, "start": int(start)})
 
 
@@ -52,6 +53,7 @@ def tile(w: Workload, k: int) -> Workload:
     arr = (a[None, :] + period * np.arange(k, dtype=np.float64)[:, None]).ravel()
     return dataclasses.replace(w, arrival_s=arr, prompt_tokens=np.tile(w.prompt_tokens, k),
                                output_tokens=np.tile(w.output_tokens, k),
+                               attrs={name: np.tile(v, k) for name, v in w.attrs.items()},
                                meta={**w.meta, "tile": int(k), "tile_period_s": period})
 
 
@@ -136,7 +138,8 @@ def drop_overlong(w: Workload, max_context: int) -> Workload:
     return dataclasses.replace(
         w, arrival_s=w.arrival_s[idx], prompt_tokens=w.prompt_tokens[idx],
         output_tokens=w.output_tokens[idx], num_dropped=dropped, meta=meta,
-        hash_ids=None if w.hash_ids is None else tuple(w.hash_ids[i] for i in idx))
+        hash_ids=None if w.hash_ids is None else tuple(w.hash_ids[i] for i in idx),
+        attrs={k: v[idx] for k, v in w.attrs.items()})
 
 
 def cap_context(w: Workload, max_context: int) -> Workload:
@@ -150,3 +153,28 @@ def cap_context(w: Workload, max_context: int) -> Workload:
     return dataclasses.replace(w, prompt_tokens=prompt, output_tokens=output,
                                num_capped=int(changed.sum()),
                                meta={**w.meta, "max_context": int(max_context)})
+
+
+ZERO_OUTPUT = ("error", "one")
+
+
+def zero_outputs(w: Workload, mode: str = "error") -> Workload:
+    """A trace's rows with 0 output tokens: `error` refuses the trace, naming the first such
+    row's file and line; `one` counts each as one token (the first token every request
+    produces, as vLLM's server returns it), the count kept in `meta["num_zero_output"]`."""
+    if mode not in ZERO_OUTPUT:
+        raise ConfigError(f"zero_output: expected one of {', '.join(ZERO_OUTPUT)}, got "
+                          f"{mode!r}")
+    out = np.asarray(w.output_tokens)
+    zero = out == 0
+    if not zero.any():
+        return w
+    if mode == "error":
+        where = w.meta.get("source", w.name)
+        line = w.meta.get("first_zero_output_line")
+        at = f"{where}:{line}" if line else str(where)
+        raise TraceFormatError(f"{at}: output length of 0 tokens ({int(zero.sum())} such "
+                               "rows); set workload.zero_output: one to count each as one "
+                               "token")
+    return dataclasses.replace(w, output_tokens=np.where(zero, 1, out).astype(np.int64),
+                               meta={**w.meta, "num_zero_output": int(zero.sum())})

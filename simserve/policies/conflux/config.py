@@ -21,7 +21,7 @@ SCHEDULERS = ("slo", "fcfs")
 # Qwen3-14B 6 / 7.5 / 7 % at τ = 50 / 100 / 150 ms, Llama-3.1-8B 9 % at 50 ms, Qwen3-32B
 # (TP2 × SP4) 7.5 % at 100 ms (`python benchmarks/conflux_estimator.py`). 0: the paper's rule.
 DEFAULT_TBT_MARGIN = None
-# The estimator ConfluxServe dispatches with (issue 13 §2):
+# The estimator ConfluxServe dispatches with:
 # - "paper" (default): the paper's, built as §6.2 / App. D build it: affine f_D in Σ context
 #   (Eq. 8), Eq. 2 to the letter (a lone path is multiplied by its factor too), α, β fitted
 #   for the lowest MAPE on mixed batches of the "hardware" (the cost model), no dispatch margin;

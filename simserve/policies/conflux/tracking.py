@@ -1,5 +1,5 @@
 """How well ConfluxServe's estimator predicted the iterations it dispatched prefill into
-(issue 13 §2's mechanism counter): the estimate Alg. 1 planned against, beside the time the
+(a mechanism counter): the estimate Alg. 1 planned against, beside the time the
 cost model (the "hardware") then charged. Decode-only iterations are left out: no dispatch
 decision rests on their estimate."""
 from __future__ import annotations

@@ -26,7 +26,7 @@ from simserve.errors import ConfigError
 from simserve.policies import register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.loongserve.config import LoongServeConfig
-from simserve.policies.loongserve.cost import LoongCostModel
+from simserve.cost.loong import LoongCostModel
 from simserve.policies.loongserve.decodes import DecodeRanks
 from simserve.policies.loongserve.leap import leap_layout
 from simserve.policies.sp_leap import LEAP_CAP

@@ -23,7 +23,7 @@ from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
 from simserve.sim.leap import leap_ends
 from simserve.policies.muxwise.config import MuxWiseConfig
 from simserve.cost.smshare import contention
-from simserve.policies.muxwise.share_cost import MuxShareCost
+from simserve.cost.mux_share import MuxShareCost
 from simserve.policies.queues import make_queue
 from simserve.policies.signal import Signal
 from simserve.sim.kv import BlockPool

@@ -61,7 +61,7 @@ def _pools(ctx, cfg: NeoConfig) -> tuple[int, int, dict]:
         L = m.num_layers
         gpu_blocks = gpu_blocks * L // (L + 1)
     # host_kv_gib is the host memory for KV across all TP ranks, as DualPace's (one definition
-    # for both, issue 13 §3): a block of `block_size` tokens holds every rank's share of them.
+    # for both): a block of `block_size` tokens holds every rank's share of them.
     # (Until 2026-12-01 NEO read it per rank: TP t held t times DualPace's tokens.)
     block_bytes = cfg.block_size * m.kv_bytes_per_token
     cpu_blocks = cfg.num_cpu_blocks_override or int(cfg.host_kv_gib * GIB // block_bytes)

@@ -12,7 +12,7 @@ every candidate has a shard size not seen before. Two things are kept here:
   link's fitted function twice per new size;
 - `decode_steps_s` with one busy rank (LoongServe's scale-down consolidates decodes, so
   this is the usual case): that rank's GPU model's consecutive steps
-  (`GpuCostModel.decode_steps_s`, or `decode_steps_list` up to `list_steps`), the same
+  (`GpuCostModel.decode_steps`), the same
   operations on the same values as the SP path, whose maximum over ranks and linear time of
   idle ranks (0) then change nothing.
 Tests check all three against `SpCostModel`'s (whose decode-attention lines already take
@@ -78,6 +78,4 @@ class LoongCostModel(SpCostModel):
         r = busy[0]
         b = int(n_d[r])
         s0, m = int(c0[r]) + b * lo, int(m0[r]) + lo
-        if n <= self.base.list_steps:  # a few steps: plain-float pricing, the array path's floats
-            return np.array(self.base.decode_steps_list(b, s0, m, n), dtype=np.float64)
-        return self.base.decode_steps_s(b, s0, m, n)
+        return self.base.decode_steps_array(b, s0, m, n)

@@ -1,0 +1,111 @@
+"""How requests reach a vLLM-family engine's waiting queue and tokens reach clients: the API
+server's front end and asynchronous scheduling's cut-offs.
+
+The front end (`simserve.sim.frontend`, vLLM's API server when its host path was measured)
+serves admissions and token deliveries on one CPU in time order; a request reaches the engine
+core `in_delay_s` after its admission work ends. Under async scheduling vLLM schedules step m
+while step m-1 runs on the GPU (its batch queue holds two steps), so a request reaching the
+engine core after step m-1 started waits for step m+1: `cutoff` is the latest arrival a step
+may admit (vllm/v1/engine/core.py `step_with_batch_queue`).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from simserve.sim.clock import at
+
+INF = float("inf")
+
+
+class Intake:
+    """One engine's intake. `engine` supplies `arrive(rid)` (a request reaches its waiting
+    queue) and `leaper` (whose pending leap an arrival may cut short)."""
+
+    def __init__(self, ctx, engine, frontend, async_scheduling: bool):
+        self.ctx, self.engine, self.frontend = ctx, engine, frontend
+        self.async_ = async_scheduling
+        self.reached: dict[int, float] = {}  # rid -> when it reached the engine (async only)
+        self.cutoff = INF
+        self.prev_start = self.prev_end = -1.0  # the last step's start and end
+        self._admitting: deque[float] = deque()  # admission completions not yet reached
+        self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
+
+    def enqueue(self, rid: int) -> None:
+        """The router gives this engine request `rid` now."""
+        now, fe, leaper = self.ctx.env.now, self.frontend, self.engine.leaper
+        pending = leaper.pending
+        if pending is not None and pending.open:
+            leaper.arrivals_here += 1
+        if fe is None:
+            if pending is not None:  # the engine sees it at the end of the step in flight
+                leaper.bound(now)
+            self.engine.arrive(rid)
+            return
+        if pending is not None:  # output work ending before it precedes its admission
+            leaper.deliver_before(now)
+        fe.admit(now, int(self.ctx.table.prompt[rid]))
+        self._in_frontend.append(rid)
+        if pending is not None:
+            leaper.bound(self.own_next_s())
+        if len(self._in_frontend) == 1:  # the front end was idle: its head starts now
+            at(self.ctx.env, fe.head_done).callbacks.append(self._front_end_done)
+
+    def _front_end_done(self, _ev) -> None:
+        """The front end finished the head's admission work (at its `head_done`, fixed when
+        it became the head): the engine sees it `in_delay_s` later; the next one starts."""
+        env, fe, q = self.ctx.env, self.frontend, self._in_frontend
+        now = env.now
+        if self.engine.leaper.pending is not None:  # output work ending before the pop
+            self.engine.leaper.deliver_before(now)  # precedes it
+        fe.pop(now)
+        rid = q.popleft()
+        t = now + fe.in_delay_s
+        if t > now:
+            self._admitting.append(t)
+            at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
+        else:
+            self.engine.arrive(rid)
+        if q:
+            at(env, fe.head_done).callbacks.append(self._front_end_done)
+
+    def _admitted(self, rid: int) -> None:
+        """`rid` reaches the engine core, `in_delay_s` after its admission work ended."""
+        self._admitting.popleft()  # a constant delay keeps completions in order
+        self.engine.arrive(rid)
+
+    def reach(self, rid: int) -> None:
+        """`rid` reached the waiting queue now (async scheduling keeps when)."""
+        if self.async_:
+            self.reached[rid] = self.ctx.env.now
+
+    def own_next_s(self) -> float:
+        """The next time a request this engine already took can reach its waiting queue."""
+        nxt = self._admitting[0] if self._admitting else INF
+        if self._in_frontend:
+            nxt = min(nxt, self.frontend.head_done + self.frontend.in_delay_s)
+        return nxt
+
+    def delivered(self, t: float, n: int) -> float:
+        """When the client receives the `n` tokens this engine sampled at `t`."""
+        return self.frontend.deliver(t, n) if self.frontend is not None else t
+
+    # -- async scheduling -----------------------------------------------------------------
+    def step_cutoff(self, clock: float) -> float:
+        """The latest arrival the step starting at `clock` sees: back to back, the step was
+        scheduled when the last one began."""
+        return self.prev_start if self.prev_end == clock else clock
+
+    def unseen(self, r: int) -> bool:
+        """Did `r` reach the engine after this step was scheduled (async scheduling)?"""
+        return self.async_ and self.reached.get(r, -1.0) > self.cutoff
+
+    def head_seen(self, head: int, clock: float) -> bool:
+        """Will the step starting at `clock` see waiting request `head`?"""
+        if not self.async_:
+            return True
+        return self.reached.get(head, -1.0) <= self.step_cutoff(clock)
+
+    def waiting_at(self, waiting, t: float) -> int:
+        """Requests waiting at t, before the queue's later arrivals."""
+        reached = self.reached
+        return sum(1 for r in waiting if reached.get(r, -1.0) < t)

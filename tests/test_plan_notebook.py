@@ -1,0 +1,27 @@
+"""notebooks/plan.ipynb runs top to bottom (fast mode) through a Jupyter kernel."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NB = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@pytest.mark.timeout(600)
+def test_plan_notebook_executes(monkeypatch):
+    monkeypatch.setenv("SIMSERVE_NOTEBOOK_FAST", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(NB / "plan.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    client = nbclient.NotebookClient(nb, timeout=500, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NB)}})
+    client.execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "winner:" in text
