@@ -1,5 +1,5 @@
 #!/bin/sh
-# `simserve explain` on DualPace Fig. 9a (RTX 4090, vs NEO and vs vLLM) and ConfluxServe
+# `simserve explain` on DualPace Fig. 9a (RTX 4090: DualPace vs NEO and vs vLLM, NEO vs vLLM) and ConfluxServe
 # Fig. 12 (Qwen3-14B, vs the best "++" baseline), the outputs written to
 # benchmarks/results/explain/ with the command, wall time and load average in each .txt.
 #   sh benchmarks/explain_bars.sh [STEM [NAME-PREFIX]]   (a prefix runs only the matching bars)
@@ -20,5 +20,7 @@ run dualpace-fig9a-vs-neo experiments/dualpace/fig09a-10a-14a-conv-llama8b-rtx40
     --design dualpace --baseline neo --num-requests 1000 --tol 0.02
 run dualpace-fig9a-vs-vllm experiments/dualpace/fig09a-10a-14a-conv-llama8b-rtx4090.yaml \
     --design dualpace --baseline vllm --num-requests 1000 --tol 0.02
+run neo-fig9a-vs-vllm experiments/dualpace/fig09a-10a-14a-conv-llama8b-rtx4090.yaml \
+    --design neo --baseline vllm --num-requests 1000 --tol 0.02
 run conflux-fig12-qwen14b experiments/conflux/fig12-qwen14b.yaml \
     --design confluxserve --baseline chunked++-4096 --num-requests 1000 --tol 0.02 --sensitivity
