@@ -31,6 +31,7 @@ CHILD = textwrap.dedent("""
             log.append(["record", self.at])
 
         def elapsed_time(self, end):
+            log.append(["elapsed_time", self.at, end.at])
             return 1.5 * (end.at - self.at)
 
     torch = types.ModuleType("torch")
@@ -133,6 +134,7 @@ CHILD = textwrap.dedent("""
                   {"a": 5, "b": 1, "c": 4}),
             batch([], ["a", "b"], [5, 3], {"a": 1, "b": 1}, preempted={"c"}, finished=["c"]),
             batch([], ["a", "b"], [6, 4], {"a": 1, "b": 1}, resumed=["a"]),
+            batch([], ["a", "b"], [7, 5], {"a": 1, "b": 1}),
             batch([], [], [], {})]
     sched = Scheduler(plan)
     core = CoreWithWork(sched, ["FLASH_ATTN", "FLASHINFER", "FLASH_ATTN"])
@@ -140,7 +142,7 @@ CHILD = textwrap.dedent("""
     result["at_patch"] = log[:]
     del log[:]
     result["steps"] = []
-    for step in range(4):
+    for step in range(5):
         if step == 2:
             sched.requests, sched.busy = {"b": object()}, False
         core._process_engine_step()
@@ -177,7 +179,7 @@ def test_the_engine_core_probe_patches_and_writes_each_call(tmp_path):
     assert sched == {"schedule": "()", "update_from_output": "(so, model_output)"}
     assert ex == {"execute_model": "(so, non_block=False)",
                   "sample_tokens": "(grammar_output, non_block=False)"}
-    s0, s1, s2, s3 = t["steps"]
+    s0, s1, s2, s3, s4 = t["steps"]
     assert t["at_patch"] == [["atexit", "flush"]]
     # the original methods still run, with their arguments; a CUDA event is recorded before
     # execute_model and after the first sample_tokens that follows it
@@ -190,7 +192,10 @@ def test_the_engine_core_probe_patches_and_writes_each_call(tmp_path):
     assert meta["attention_backend"] == "FLASHINFER,FLASH_ATTN"
     assert meta["cudagraph_capture_sizes"] == [1, 2, 4] and meta["batch_queue_size"] == 2
     assert meta["block_size"] == 16 and meta["max_num_seqs"] == 64
-    assert ["synchronize"] not in s1["log"] and ["synchronize"] in s2["log"]
+    assert ["synchronize"] not in s1["log"]
+    assert s2["log"][-4:] == [["synchronize"], ["elapsed_time", 1, 2], ["elapsed_time", 3, 4],
+                              ["elapsed_time", 5, 6]]
+    assert s3["log"][-2:] == [["synchronize"], ["elapsed_time", 7, 8]]  # each event read once
     calls = _rows(s2["files"]["calls-PID.jsonl"])
     assert [(c["call"], c["batch"]) for c in calls] == [
         (name, b) for b in range(3) for name in
@@ -211,12 +216,14 @@ def test_the_engine_core_probe_patches_and_writes_each_call(tmp_path):
         [0, 1], [5, 3], 1, 1)
     assert (b2["resumed"], b2["waiting"], b2["running"]) == (1, 1, 2)
     # prompt lengths of requests the scheduler no longer holds are dropped at a flush
-    c3 = _rows(s3["files"]["calls-PID.jsonl"])[15:]
-    assert [c["call"] for c in c3] == ["schedule", "execute_model", "sample_tokens",
-                                       "update_from_output", "step"]
-    assert c3[3]["outputs"] == 0
     b3 = _rows(s3["files"]["batches-PID.jsonl"])[3]
-    assert (b3["batch"], b3["ids"], b3["prompt_len"], b3["tokens"]) == (3, [], [], 0)
+    assert (b3["batch"], b3["ids"], b3["prompt_len"]) == (3, [0, 1], [-1, 3])
+    c4 = _rows(s4["files"]["calls-PID.jsonl"])[20:]
+    assert [c["call"] for c in c4] == ["schedule", "execute_model", "sample_tokens",
+                                       "update_from_output", "step"]
+    assert c4[3]["outputs"] == 0
+    b4 = _rows(s4["files"]["batches-PID.jsonl"])[4]
+    assert (b4["batch"], b4["ids"], b4["prompt_len"], b4["tokens"]) == (4, [], [], 0)
 
 
 def test_without_has_work_the_scheduler_decides_when_to_write(tmp_path):
