@@ -67,6 +67,7 @@ def _patch_engine_core(mod) -> None:
 
 
 def _instrument_core(core) -> None:
+    """Wrap this engine core's step and its scheduler's and executor's calls (rows above)."""
     import torch
     sched, ex = core.scheduler, core.model_executor
     ids: dict[int, int] = {}       # id(scheduler_output) -> batch number
