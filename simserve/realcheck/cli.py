@@ -220,18 +220,30 @@ def _engine(a) -> int:
     return host_fit.main(["--root", a.root] + (["--frontend"] if a.frontend else []))
 
 
-def register(sub) -> None:
-    p = sub.add_parser("validate", help="real executor vs cost model (iterations, replay)")
-    vs = p.add_subparsers(dest="validate_command", metavar="WHAT")
-    vs.required = True
+def _common_args(q) -> None:
+    q.add_argument("--profile", default="h200-sxm", help="GPU profile to predict with")
+    q.add_argument("--cpu-profile", default="xeon-emr")
+    q.add_argument("--model", default="llama-3.1-8b")
 
-    def common(q):
-        q.add_argument("--profile", default="h200-sxm", help="GPU profile to predict with")
-        q.add_argument("--cpu-profile", default="xeon-emr")
-        q.add_argument("--model", default="llama-3.1-8b")
 
+def _output_args(q) -> None:
+    """`--out NEW` / `--write` of the re-scoring commands (see `_report_out`)."""
+    g = q.add_argument_group("output (default: print the scores, write nothing)")
+    g.add_argument("--out", help="new folder for the scored CSVs, summary and plots")
+    g.add_argument("--write", action="store_true",
+                   help="rewrite DIR's own scored CSVs, summary and plots")
+
+
+def _sp_common_args(q) -> None:
+    _common_args(q)
+    q.add_argument("--link", default="nvlink4", help="the GPUs' link profile")
+    q.add_argument("--ranks", type=int, default=2, help="GPUs of the SP group")
+
+
+def _add_single_gpu(vs) -> None:
+    """`iterations`, `replay` and `fit`: one GPU (and the CPU) measured, the in-situ factor."""
     q = vs.add_parser("iterations", help="random held-out batches, measured and predicted")
-    common(q)
+    _common_args(q)
     q.add_argument("--n", type=int, default=300, help="GPU batches")
     q.add_argument("--cpu-n", type=int, default=0, help="CPU decode batches (0: none)")
     q.add_argument("--threads", type=int, default=16)
@@ -241,7 +253,7 @@ def register(sub) -> None:
     q.add_argument("--out", required=True)
     q.set_defaults(handler=_iterations)
     q = vs.add_parser("replay", help="one trace through the vllm scheduler, real vs simulated")
-    common(q)
+    _common_args(q)
     q.add_argument("--policy", default="vllm")
     q.add_argument("--trace", required=True)
     q.add_argument("--n", type=int, default=300)
@@ -250,7 +262,7 @@ def register(sub) -> None:
     q.add_argument("--out", required=True)
     q.set_defaults(handler=_replay)
     q = vs.add_parser("fit", help="fit the in-situ factor from stored measurements")
-    common(q)
+    _common_args(q)
     q.add_argument("points", nargs="+", help="measurement folder(s)")
     q.add_argument("--raw", required=True, help="the profile's raw folder (writes in_situ*.json)")
     q.add_argument("--cpu", action="store_true", help="CPU iterations (by decode batch)")
@@ -258,33 +270,30 @@ def register(sub) -> None:
                    help="with --cpu: the model's own factor (in_situ_cpu-MODEL.json), used for "
                         "that model instead of the profile's")
     q.set_defaults(handler=_fit)
-    def report_out(q):
-        g = q.add_argument_group("output (default: print the scores, write nothing)")
-        g.add_argument("--out", help="new folder for the scored CSVs, summary and plots")
-        g.add_argument("--write", action="store_true",
-                       help="rewrite DIR's own scored CSVs, summary and plots")
 
-    def sp_common(q):
-        common(q)
-        q.add_argument("--link", default="nvlink4", help="the GPUs' link profile")
-        q.add_argument("--ranks", type=int, default=2, help="GPUs of the SP group")
 
+def _add_sp(vs) -> None:
+    """`sp`, `sp-report` and `sp-fit`: sequence parallelism on R GPUs."""
     q = vs.add_parser("sp", help="Conflux Parallelism iterations on R GPUs, measured and predicted")
-    sp_common(q)
+    _sp_common_args(q)
     q.add_argument("--n", type=int, default=150)
     q.add_argument("--budget-s", type=float, default=240)
     q.add_argument("--out", required=True)
     q.set_defaults(handler=_sp)
     q = vs.add_parser("sp-report", help="score a stored SP measurement folder")
-    sp_common(q)
+    _sp_common_args(q)
     q.add_argument("dir")
-    report_out(q)
+    _output_args(q)
     q.set_defaults(handler=_sp_report)
     q = vs.add_parser("sp-fit", help="fit the SP cost model's contention factors α, β")
-    sp_common(q)
+    _sp_common_args(q)
     q.add_argument("--raw", default=None, help="the profile's raw folder (writes sp_contention.json)")
     q.add_argument("points", nargs="+", help="SP measurement folders scored by sp-report")
     q.set_defaults(handler=_sp_fit)
+
+
+def _add_vllm(vs) -> None:
+    """`serve` and `engine`: real vLLM serving, measured or re-scored, and its host path fitted."""
     from simserve.realcheck.serve_score import ROOT as VLLM_ROOT
     q = vs.add_parser("serve", help="real vLLM serving (vllm serve + streaming client), "
                                     "measured, or re-scored with --score")
@@ -299,10 +308,23 @@ def register(sub) -> None:
     q.add_argument("--root", default=VLLM_ROOT)
     q.add_argument("--frontend", action="store_true", help="also search the front-end costs")
     q.set_defaults(handler=_engine)
+
+
+def _add_report(vs) -> None:
     q = vs.add_parser("report", help="score a stored measurement folder")
-    common(q)
+    _common_args(q)
     q.add_argument("--tp", type=int, default=1, help="TP degree the GPU iterations ran at")
     q.add_argument("--link", default="nvlink4", help="link profile for TP all-reduces")
     q.add_argument("dir")
-    report_out(q)
+    _output_args(q)
     q.set_defaults(handler=_report)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="real executor vs cost model (iterations, replay)")
+    vs = p.add_subparsers(dest="validate_command", metavar="WHAT")
+    vs.required = True
+    _add_single_gpu(vs)
+    _add_sp(vs)
+    _add_vllm(vs)
+    _add_report(vs)

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 _DIR = os.environ.get("SIMSERVE_PROBE_DIR", "")
 _now = time.monotonic
@@ -66,6 +67,7 @@ def _patch_engine_core(mod) -> None:
 
 
 def _instrument_core(core) -> None:
+    """Wrap this engine core's step and its scheduler's and executor's calls (rows above)."""
     import torch
     sched, ex = core.scheduler, core.model_executor
     ids: dict[int, int] = {}       # id(scheduler_output) -> batch number
@@ -85,19 +87,7 @@ def _instrument_core(core) -> None:
         b = counter[0]
         counter[0] += 1
         ids[id(so)] = b
-        new = []
-        for r in so.scheduled_new_reqs:
-            n = len(r.prompt_token_ids) if r.prompt_token_ids is not None else -1
-            prompt_len[r.req_id] = n
-            new.append((r.req_id, n, r.num_computed_tokens))
-        cr = so.scheduled_cached_reqs
-        BATCHES.rows.append({
-            "batch": b, "t0": t0, "t1": t1, "tokens": so.total_num_scheduled_tokens,
-            "sched": so.num_scheduled_tokens, "new": new,
-            "cached_ids": cr.req_ids, "cached_computed": cr.num_computed_tokens,
-            "resumed": len(cr.resumed_req_ids), "finished": len(so.finished_req_ids),
-            "preempted": len(so.preempted_req_ids or ()),
-            "waiting": len(sched.waiting), "running": len(sched.running)})
+        BATCHES.rows.append(_batch_row(so, b, t0, t1, sched, prompt_len))
         STEPS.rows.append(("schedule", b, t0, t1))
         cur["batch"] = b
         return so
@@ -140,31 +130,10 @@ def _instrument_core(core) -> None:
             flush()
         return executed
 
-    short: dict[str, int] = {}      # request id -> small int (the files stay small)
-
-    def sid(k: str) -> int:
-        v = short.get(k)
-        if v is None:
-            v = short[k] = len(short)
-        return v
-
-    def resolve(rows):
-        torch.cuda.synchronize()
-        gpu = {b: e0.elapsed_time(e1) for b, e0, e1 in pending_ev}
-        pending_ev.clear()
-        for r in rows:
-            r["gpu_ms"] = gpu.get(r["batch"])
-            sched = r.pop("sched")
-            r["ids"] = [sid(k) for k in sched]
-            r["n"] = list(sched.values())
-            r["prompt_len"] = [prompt_len.get(k, -1) for k in sched]
-            r["new"] = [(sid(k), n, c) for k, n, c in r["new"]]
-            r["cached_ids"] = [sid(k) for k in r["cached_ids"]]
-            r["cached_computed"] = list(r["cached_computed"])
-        return rows
+    sid = _short_ids()
 
     def flush():
-        BATCHES.flush(resolve)
+        BATCHES.flush(lambda rows: _resolve_batches(rows, pending_ev, prompt_len, sid))
         STEPS.flush(lambda rows: [dict(zip(("call", "batch", "t0", "t1", "outputs"), r))
                                   for r in rows])
         for k in [k for k in prompt_len if k not in sched.requests]:
@@ -174,8 +143,64 @@ def _instrument_core(core) -> None:
     ex.execute_model, ex.sample_tokens = execute_model, sample_tokens
     core._process_engine_step = step
     atexit.register(flush)
+    _write_meta("engine", _engine_meta(core))
+
+
+def _batch_row(so, b: int, t0: float, t1: float, sched, prompt_len: dict[str, int]) -> dict:
+    """The row of scheduled batch `b` as the scheduler returned it (request ids still vLLM's;
+    `_resolve_batches` shortens them); notes each new request's prompt length."""
+    new = []
+    for r in so.scheduled_new_reqs:
+        n = len(r.prompt_token_ids) if r.prompt_token_ids is not None else -1
+        prompt_len[r.req_id] = n
+        new.append((r.req_id, n, r.num_computed_tokens))
+    cr = so.scheduled_cached_reqs
+    return {
+        "batch": b, "t0": t0, "t1": t1, "tokens": so.total_num_scheduled_tokens,
+        "sched": so.num_scheduled_tokens, "new": new,
+        "cached_ids": cr.req_ids, "cached_computed": cr.num_computed_tokens,
+        "resumed": len(cr.resumed_req_ids), "finished": len(so.finished_req_ids),
+        "preempted": len(so.preempted_req_ids or ()),
+        "waiting": len(sched.waiting), "running": len(sched.running)}
+
+
+def _short_ids() -> Callable[[str], int]:
+    """A function giving each request id a small int, in order of first sight (the files stay
+    small)."""
+    short: dict[str, int] = {}
+
+    def sid(k: str) -> int:
+        v = short.get(k)
+        if v is None:
+            v = short[k] = len(short)
+        return v
+    return sid
+
+
+def _resolve_batches(rows: list, pending_ev: list, prompt_len: dict[str, int],
+                     sid: Callable[[str], int]) -> list:
+    """At a flush: each batch row's GPU time from its CUDA events (waits for the GPU; the
+    events are then dropped), its requests as short ids, token counts and prompt lengths."""
+    import torch
+    torch.cuda.synchronize()
+    gpu = {b: e0.elapsed_time(e1) for b, e0, e1 in pending_ev}
+    pending_ev.clear()
+    for r in rows:
+        r["gpu_ms"] = gpu.get(r["batch"])
+        sched = r.pop("sched")
+        r["ids"] = [sid(k) for k in sched]
+        r["n"] = list(sched.values())
+        r["prompt_len"] = [prompt_len.get(k, -1) for k in sched]
+        r["new"] = [(sid(k), n, c) for k, n, c in r["new"]]
+        r["cached_ids"] = [sid(k) for k in r["cached_ids"]]
+        r["cached_computed"] = list(r["cached_computed"])
+    return rows
+
+
+def _engine_meta(core) -> dict:
+    """The engine's configuration, written once per engine core next to its rows."""
     cfg = core.vllm_config
-    _write_meta("engine", {
+    return {
         "async_scheduling": cfg.scheduler_config.async_scheduling,
         "max_num_batched_tokens": cfg.scheduler_config.max_num_batched_tokens,
         "max_num_seqs": cfg.scheduler_config.max_num_seqs,
@@ -187,7 +212,7 @@ def _instrument_core(core) -> None:
         "max_cudagraph_capture_size": cfg.compilation_config.max_cudagraph_capture_size,
         "attention_backend": _attention_backend(core),
         "batch_queue_size": core.batch_queue_size,
-    })
+    }
 
 
 def _attention_backend(core) -> str | None:
