@@ -26,6 +26,7 @@ class Intake:
         self.async_ = async_scheduling
         self.reached: dict[int, float] = {}  # rid -> when it reached the engine (async only)
         self.cutoff = INF
+        self.loop = None  # the engine-core loop (`vllm_loop.EngineLoop`) when modelled
         self.prev_start = self.prev_end = -1.0  # the last step's start and end
         self._admitting: deque[float] = deque()  # admission completions not yet reached
         self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
@@ -103,7 +104,8 @@ class Intake:
         """Will the step starting at `clock` see waiting request `head`?"""
         if not self.async_:
             return True
-        return self.reached.get(head, -1.0) <= self.step_cutoff(clock)
+        cut = self.step_cutoff(clock) if self.loop is None else self.loop.H
+        return self.reached.get(head, -1.0) <= cut
 
     def waiting_at(self, waiting, t: float) -> int:
         """Requests waiting at t, before the queue's later arrivals."""
