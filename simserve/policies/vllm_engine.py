@@ -135,9 +135,13 @@ class ChunkedEngine(EngineBase):
         return host
 
     # -- the router's interface ---------------------------------------------------------
+    counts_front_end = True  # `load()` counts requests still in the front end
+
     def load(self) -> int:
-        """Requests held now: a pending leap's finishes count from their step's end."""
-        n = len(self.running) + len(self.waiting)
+        """Requests held now, those still in the API server's front end included (a burst
+        at one instant spreads over the replicas); a pending leap's finishes count from
+        their step's end."""
+        n = len(self.running) + len(self.waiting) + self.intake.num_in_frontend()
         p = self.leaper.pending
         if p is not None and len(p.starts) > 1:
             n -= p.finished_before(self.ctx.env.now)

@@ -79,6 +79,10 @@ class Intake:
         if self.async_:
             self.reached[rid] = self.ctx.env.now
 
+    def num_in_frontend(self) -> int:
+        """Requests given to this engine that have not reached its waiting queue yet."""
+        return len(self._in_frontend) + len(self._admitting)
+
     def own_next_s(self) -> float:
         """The next time a request this engine already took can reach its waiting queue."""
         nxt = self._admitting[0] if self._admitting else INF
