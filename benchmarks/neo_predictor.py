@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dualpace_counters import by_rate, knee_rate
-from dualpace_paper import NL, capacities, ratio_text
+from dualpace_counters import by_rate, knee_rate  # noqa: E402
+from dualpace_paper import NL, capacities, ratio_text  # noqa: E402
 
 YAML = ROOT / "experiments" / "dualpace" / "fig09a-10a-14a-conv-llama8b-rtx4090.yaml"
 OUT = ROOT / "results" / "neo-predictor"
@@ -111,7 +111,7 @@ def host_sensitivity() -> str:
     import numpy as np
 
     import simserve.cost.swiftllm_host as host
-    from simserve.hardware.setup import HardwareConfig, resolve_hardware
+    from simserve.hardware.setup import resolve_hardware
     from simserve.run import simulate_point
     from simserve.runner.config import load_experiment
     from simserve.runner.point import make_workload

@@ -2,12 +2,14 @@
 
     python benchmarks/published_vllm.py                      # every row of the measurements file
     python benchmarks/published_vllm.py --ids fp8kv-c1-in1k --max-requests 50
+    python benchmarks/published_vllm.py --cap-closed-loop 30   # the quick scoring CI runs
 
 Reads `validation/published/measurements.yaml` (the cited numbers and each row's setup), builds
 the row's workload, runs simserve's `vllm` policy through the public API (`simserve.simulate`
 with a `Workload`) and prints: source, setup, metric, published, simserve, error % (simserve
-minus published, in % of published). Nothing here holds a result; every simserve number is
-computed on the run.
+minus published, in % of published), then the median and worst |error| per GPU (the GPU class
+the row was measured on: H100 of any variant, H200). Nothing here holds a result; every
+simserve number is computed on the run.
 
 Workload kinds (the row's `simserve.workload.kind`):
   fixed            every prompt input_len tokens, every output output_len tokens
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import simserve  # noqa: E402
-from simserve.workload import SYNTHETIC, Workload, poisson_arrivals  # noqa: E402
+import simserve
+from simserve.workload import SYNTHETIC, Workload, poisson_arrivals
 
 DEFAULT_FILE = ROOT / "validation" / "published" / "measurements.yaml"
 SHAREGPT_BASE = "synthetic-conversation"
@@ -139,6 +142,58 @@ def run_row(row: dict, cap: int | None = None) -> dict:
             "wall_s": time.perf_counter() - t0}
 
 
+def gpu_class(row: dict) -> str:
+    """The GPU class a row was measured on, read from its `gpu` field: "H200" or "H100" (SXM,
+    PCIe, NVL or unstated variants alike)."""
+    g = str(row["gpu"]).upper()
+    for name in ("H200", "H100"):
+        if name in g:
+            return name
+    raise ValueError(f"{row['id']}: gpu {row['gpu']!r} is neither an H100 nor an H200")
+
+
+def cap_for(row: dict, max_requests: int | None, cap_closed_loop: int | None) -> int | None:
+    """The request cap one row runs under: `max_requests` for every row, `cap_closed_loop` only
+    for client-concurrency rows (their exact closed loop costs one simulation per request)."""
+    caps = [c for c in (max_requests,
+                        cap_closed_loop if row["simserve"]["workload"].get("concurrency") else None)
+            if c]
+    return min(caps) if caps else None
+
+
+def per_gpu(table: list[dict]) -> dict[str, dict]:
+    """Median and worst |error| (%) over the metrics of each GPU class, with row counts."""
+    out: dict[str, dict] = {}
+    for gpu in sorted({r["gpu_class"] for r in table}):
+        rs = [r for r in table if r["gpu_class"] == gpu]
+        errs = np.array([abs(r["error_pct"]) for r in rs])
+        worst = rs[int(np.argmax(errs))]
+        out[gpu] = {"measurements": len({r["id"] for r in rs}), "metrics": len(rs),
+                    "sources": len({r["source"] for r in rs}),
+                    "median_abs_error_pct": float(np.median(errs)),
+                    "worst_abs_error_pct": float(errs.max()),
+                    "worst": f"{worst['id']} {worst['metric']}"}
+    return out
+
+
+def score(rows: list[dict], max_requests: int | None = None,
+          cap_closed_loop: int | None = None) -> tuple[list[dict], list[str]]:
+    """Simulate every row; returns one dict per published metric and one run note per row."""
+    table, notes = [], []
+    for row in rows:
+        out = run_row(row, cap_for(row, max_requests, cap_closed_loop))
+        table += [dict(r, setup=setup_line(row), gpu_class=gpu_class(row))
+                  for r in compare(row, out)]
+        loop = (f", closed loop: {out['iterations']} simulations, send times re-derived "
+                f"within {out['residual_s']:.1e} s"
+                if row["simserve"]["workload"].get("concurrency") else "")
+        notes.append(f"{row['id']}: simulated {out['n']} requests, mean prompt "
+                     f"{out['prompt_mean']:.1f} / output {out['output_mean']:.1f} tokens, "
+                     f"{out['summary'].get('num_unfinished', 0)} unfinished{loop}; "
+                     f"{out['wall_s']:.1f} s wall")
+    return table, notes
+
+
 def compare(row: dict, out: dict) -> list[dict]:
     rows = []
     for metric, pub in row["published"].items():
@@ -172,6 +227,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ids", nargs="*", help="only these measurement ids")
     ap.add_argument("--max-requests", type=int, default=None,
                     help="cap every row's request count (quick checks; changes the numbers)")
+    ap.add_argument("--cap-closed-loop", type=int, default=None,
+                    help="cap only client-concurrency rows (one simulation per request)")
     args = ap.parse_args(argv)
     data = load(args.file)
     rows = [m for m in data["measurements"] if not args.ids or m["id"] in args.ids]
@@ -180,24 +237,19 @@ def main(argv=None) -> int:
         ap.error(f"unknown ids: {', '.join(sorted(missing))}")
     print(f"simserve {simserve.__version__}: published vLLM measurements vs simserve's `vllm` "
           f"policy ({args.file})")
+    load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"machine: {os.cpu_count()} cores, load average {load_avg:.1f} at start (wall times below "
+          "scale with it; simulated numbers do not)")
     if args.max_requests:
         print(f"NOTE: request counts capped at {args.max_requests}; numbers are not comparable")
-    table, notes = [], []
-    for row in rows:
-        out = run_row(row, args.max_requests)
-        table += [dict(r, setup=setup_line(row)) for r in compare(row, out)]
-        loop = (f", closed loop: {out['iterations']} simulations, send times re-derived "
-                f"within {out['residual_s']:.1e} s"
-                if row["simserve"]["workload"].get("concurrency") else "")
-        notes.append(f"{row['id']}: simulated {out['n']} requests, mean prompt "
-                     f"{out['prompt_mean']:.1f} / output {out['output_mean']:.1f} tokens, "
-                     f"{out['summary'].get('num_unfinished', 0)} unfinished{loop}; "
-                     f"{out['wall_s']:.1f} s wall")
+    if args.cap_closed_loop:
+        print(f"NOTE: client-concurrency rows capped at {args.cap_closed_loop} requests")
+    table, notes = score(rows, args.max_requests, args.cap_closed_loop)
     head = ("id", "setup", "metric", "published", "simserve", "error %")
     cells = [(r["id"], r["setup"], r["metric"], _fmt(r["published"]), _fmt(r["simserve"]),
               f"{r['error_pct']:+.1f}") for r in table]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    line = lambda c: "  ".join(x.ljust(w) if i < 3 else x.rjust(w)  # noqa: E731
+    line = lambda c: "  ".join(x.ljust(w) if i < 3 else x.rjust(w)
                                for i, (x, w) in enumerate(zip(c, widths)))
     print(line(head))
     print("  ".join("-" * w for w in widths))
@@ -207,6 +259,11 @@ def main(argv=None) -> int:
     print(f"\n{len(table)} metrics over {len(rows)} measurements from "
           f"{len({r['source'] for r in rows})} sources: median |error| {np.median(errs):.1f} %, "
           f"mean |error| {errs.mean():.1f} %, max {errs.max():.1f} %")
+    print("\nper GPU (|error| over every metric of the rows measured on it):")
+    for gpu, s in per_gpu(table).items():
+        print(f"  {gpu}: {s['measurements']} measurements ({s['metrics']} metrics) from "
+              f"{s['sources']} sources: median |error| {s['median_abs_error_pct']:.1f} %, "
+              f"worst {s['worst_abs_error_pct']:.1f} % ({s['worst']})")
     print("\nsources:")
     for key in sorted({r["source"] for r in rows}):
         s = data["sources"][key]

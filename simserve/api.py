@@ -79,9 +79,12 @@ def run_experiment(config: str | Path | dict | ExperimentConfig, *, overrides=()
                    out: str | Path | None = None, progress: bool = False,
                    workload: Workload | None = None, summary_format: str | None = None,
                    percentile_metrics: str | None = None,
-                   metric_percentiles: str | None = None) -> pd.DataFrame:
+                   metric_percentiles: str | None = None,
+                   overwrite: bool = False) -> pd.DataFrame:
     """Run every point of an experiment (YAML path, mapping or parsed config) and return one
-    row of metrics per point; writes the results folder too when `out` is given.
+    row of metrics per point; writes the results folder too when `out` is given. `out` must
+    be new, empty or simserve's own run results; `overwrite=True` writes into any folder,
+    replacing only simserve's own files there (as `simserve run --overwrite`).
 
     `workload=`: replay a `Workload` you built instead of the YAML's trace; the workload
     section may then hold only num_requests, start, tile, max_concurrency and seeds (as
@@ -103,7 +106,7 @@ def run_experiment(config: str | Path | dict | ExperimentConfig, *, overrides=()
         refuse_other_options(sorted(given), f"{cfg.source}: workload.")
         cfg, workload = _with_user_workload(cfg, workload, given)
     results = run_experiment_config(cfg, out=out, progress=progress, workload=workload,
-                                    summary=fmt)
+                                    summary=fmt, overwrite=overwrite)
     return pd.DataFrame([r.summary for r in results])
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
 from simserve.hardware.profile import available_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,3 +147,53 @@ def test_sharegpt_stand_in_respects_the_filter(data, script):
     assert p.max() <= sim["max_prompt"] and (p + o).max() <= sim["max_total"] and o.min() >= 1
     assert abs(p.mean() / sim["prompt_mean"] - 1) < 0.15
     assert abs(o.mean() / sim["output_mean"] - 1) < 0.15
+
+
+# The median |error| per GPU class of the quick scoring below (every row, client-concurrency
+# rows capped at CAP requests) when the table last changed, and how far it may grow before
+# this fails. A new GPU class needs its entry here.
+CAP = 30
+MEDIAN_ABS_ERROR_PCT = {"H100": 37.1}
+MARGIN_PCT = 3.0
+
+
+def test_gpustack_throughputs_agree_with_their_token_counts(data):
+    """Output tok/s over req/s is the mean output the ShareGPT stand-in is scaled to."""
+    rows = [r for r in data["measurements"] if r["source"] == "gpustack-perflab"
+            and "request_throughput" in r["published"] and "output_throughput" in r["published"]]
+    assert len(rows) == 2
+    for r in rows:
+        per_request = r["published"]["output_throughput"] / r["published"]["request_throughput"]
+        assert abs(per_request / r["simserve"]["workload"]["output_mean"] - 1) < 0.005, r["id"]
+
+
+def test_gpu_class_reads_the_row(script):
+    assert script.gpu_class({"id": "a", "gpu": "1x H100 NVL (95 GB stated)"}) == "H100"
+    assert script.gpu_class({"id": "b", "gpu": "8x H200 SXM"}) == "H200"
+    with pytest.raises(ValueError, match="neither"):
+        script.gpu_class({"id": "c", "gpu": "1x A100"})
+
+
+def test_per_gpu_median_and_worst(script):
+    table = [{"id": i, "source": s, "metric": "m", "gpu_class": g, "error_pct": e}
+             for i, s, g, e in (("a", "x", "H100", -10.0), ("a", "x", "H100", 30.0),
+                                ("b", "y", "H100", 2.0), ("c", "y", "H200", -5.0))]
+    out = script.per_gpu(table)
+    assert out["H100"]["median_abs_error_pct"] == 10.0
+    assert out["H100"]["worst_abs_error_pct"] == 30.0 and out["H100"]["worst"] == "a m"
+    assert (out["H100"]["measurements"], out["H100"]["sources"]) == (2, 2)
+    assert out["H200"]["median_abs_error_pct"] == 5.0
+
+
+def test_every_row_scored_and_median_error_per_gpu_holds(data, script):
+    """Scores every measurement (client-concurrency rows capped at CAP requests) and fails
+    when the median |error| of a GPU class grows past its recorded value plus MARGIN_PCT."""
+    rows = data["measurements"]
+    table, notes = script.score(rows, cap_closed_loop=CAP)
+    assert len(notes) == len(rows)
+    assert len(table) == sum(len(r["published"]) for r in rows)
+    assert all(math.isfinite(r["error_pct"]) for r in table)
+    stats = script.per_gpu(table)
+    assert set(stats) == set(MEDIAN_ABS_ERROR_PCT), "record the new GPU class's median"
+    for gpu, s in stats.items():
+        assert s["median_abs_error_pct"] <= MEDIAN_ABS_ERROR_PCT[gpu] + MARGIN_PCT, (gpu, s)

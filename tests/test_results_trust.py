@@ -191,6 +191,14 @@ def test_api_refuses_a_folder_simserve_did_not_make(proj):
     assert kept(proj / "u", mine) and not (proj / "u" / MARKER).exists()
 
 
+def test_api_overwrite_writes_beside_the_users_files(proj):
+    from simserve.api import run_experiment
+    mine = user_files(proj / "u")
+    run_experiment("ex.yaml", out=proj / "u", overwrite=True)
+    assert kept(proj / "u", mine) and (proj / "u" / MARKER).exists()
+    assert (proj / "u" / "summary.json").exists()
+
+
 # ---------------------------------------------------------------------------- sweep
 
 def test_sweep_into_a_run_folder_is_refused(proj, capsys):

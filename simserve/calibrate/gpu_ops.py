@@ -156,6 +156,17 @@ def elementwise(sink: CsvSink, budget: Budget, device: str, spec, tp: int, token
     if spec.qk_norm:
         ops["qk_norm"] = (lambda i, t, j: TK.head_rmsnorm_(qkvpool[j:j + t], nh + nkv, d, wq),
                           lambda t: 4 * t * (nh + nkv) * d, dict(heads=nh, kv_heads=nkv, head_dim=d))
+    _bench_elementwise(sink, budget, device, spec, tp, tokens, impl, ops)
+    log(f"  elementwise {spec.name} tp{tp} done, budget left {budget.left():.0f}s")
+    del xpool, rpool, qkvpool, gpool, gout, kc, vc
+    free_gpu()
+
+
+def _bench_elementwise(sink: CsvSink, budget: Budget, device: str, spec, tp: int, tokens,
+                       impl: str, ops: dict) -> None:
+    """One row per (op, token count); `ops` maps a name to (call(i, t, offset), bytes(t), extra
+    columns). Inputs rotate over the pools' `max(tokens)` rows."""
+    tmax = max(tokens)
     for name, (f, nbytes, extra) in ops.items():
         for t in tokens:
             if not budget.ok():
@@ -169,9 +180,6 @@ def elementwise(sink: CsvSink, budget: Budget, device: str, spec, tp: int, token
             r = bench(fn, device)
             sink.add(part="gpu_elementwise", model=spec.name, tp=tp, op=name, impl=impl,
                      dtype="bf16", tokens=t, bytes=nbytes(t), **extra, **r)
-    log(f"  elementwise {spec.name} tp{tp} done, budget left {budget.left():.0f}s")
-    del xpool, rpool, qkvpool, gpool, gout, kc, vc
-    free_gpu()
 
 
 # ------------------------------------------------------------------------------------------
@@ -356,20 +364,8 @@ def decode(sink: CsvSink, budget: Budget, device: str, model: str, tps, batches,
         kc256 = kc[: nb256 * 16].view(nb256, 256, nkv, d)
         vc256 = vc[: nb256 * 16].view(nb256, 256, nkv, d)
         if try_fa2 and device == "cuda":
-            try:
-                sl2 = torch.tensor([1, 17, 300, 1000, 600], device=device, dtype=torch.int32)
-                bt2 = tables(b0, 1024, 256, nb256)
-                q2 = rand((b0, nh, d), device)
-                cu_q = torch.arange(b0 + 1, device=device, dtype=torch.int32)
-                cu_k = torch.cat([torch.zeros(1, device=device, dtype=torch.int32), sl2.cumsum(0).int()])
-                o = _fa2_paged(q2, kc256, vc256, bt2, cu_q, cu_k, 1000, scale)
-                e3 = rel_err(o, TK.paged_decode_ref(q2, kc256, vc256, bt2, sl2, scale))
-                fa2_ok = e3 < 2e-2
-                checks[f"decode_fa2_paged256_tp{tp}"] = e3
-                log(f"decode FA2 paged(256) check {e3:.2e}")
-            except Exception as ex:  # noqa: BLE001
-                checks[f"decode_fa2_paged256_tp{tp}"] = f"failed: {ex}"[:300]
-                log(f"decode FA2 paged failed: {str(ex)[:300]}")
+            fa2_ok = _check_fa2_paged(kc256, vc256, b0, nh, d, scale, tables, nb256, device,
+                                      checks, tp)
         if ti == 0 and device == "cuda":
             cfg = _tune_decode(kc, vc, nh, d, scale, target, tables, device, checks)
 
@@ -403,29 +399,58 @@ def decode(sink: CsvSink, budget: Budget, device: str, model: str, tps, batches,
                     f"({nbytes / r['median_us'] / 1e3:.0f} GB/s)"
                     + (f", fa2 {r2['median_us']:.1f}us" if fa2_ok else ""))
         if mixed and tp == tps[0]:
-            gen = torch.Generator().manual_seed(1234)
-            for b in (4, 16, 64, 256):
-                for rep in range(2):
-                    if not budget.ok():
-                        break
-                    cl = torch.exp(torch.empty(b).uniform_(math.log(64), math.log(16384), generator=gen)).long()
-                    cmax = int(cl.max())
-                    if int(cl.sum()) > max_tokens:
-                        continue
-                    sl = cl.to(device=device, dtype=torch.int32)
-                    bt = tables(b, cmax)
-                    q = rand((b, nh, d), device)
-                    r = bench(lambda i: TK.paged_decode(q, kc, vc, bt, sl, cmax, scale,
-                                                        target_programs=target, **cfg), device)
-                    sink.add(part="gpu_decode_attn", model=model, tp=tp, op="decode_attn_mixed_ctx",
-                             impl=impl_t, dtype="bf16", tokens=b, batch=b, context=cmax,
-                             context_sum=int(cl.sum()), heads=nh, kv_heads=nkv, head_dim=d,
-                             bytes=int(cl.sum()) * nkv * d * 4 + 2 * b * nh * d * 2,
-                             flops=4.0 * nh * d * int(cl.sum()),
-                             note="log-uniform contexts 64..16384; context column = max", **r)
+            _decode_mixed(sink, budget, device, model, tp, nh, nkv, d, kc, vc, tables, scale,
+                          target, cfg, impl_t, max_tokens)
         log(f"decode tp{tp} done, budget left {budget.left():.0f}s")
         del kc, vc, kc256, vc256
         free_gpu()
+
+
+def _check_fa2_paged(kc256, vc256, b0, nh, d, scale, tables, nb256, device, checks, tp) -> bool:
+    """FA2's paged varlen kernel (256-token pages) against the float reference, mixed lengths;
+    True when it runs and agrees (then decode times it beside Triton)."""
+    fa2_ok = False
+    try:
+        sl2 = torch.tensor([1, 17, 300, 1000, 600], device=device, dtype=torch.int32)
+        bt2 = tables(b0, 1024, 256, nb256)
+        q2 = rand((b0, nh, d), device)
+        cu_q = torch.arange(b0 + 1, device=device, dtype=torch.int32)
+        cu_k = torch.cat([torch.zeros(1, device=device, dtype=torch.int32), sl2.cumsum(0).int()])
+        o = _fa2_paged(q2, kc256, vc256, bt2, cu_q, cu_k, 1000, scale)
+        e3 = rel_err(o, TK.paged_decode_ref(q2, kc256, vc256, bt2, sl2, scale))
+        fa2_ok = e3 < 2e-2
+        checks[f"decode_fa2_paged256_tp{tp}"] = e3
+        log(f"decode FA2 paged(256) check {e3:.2e}")
+    except Exception as ex:  # noqa: BLE001
+        checks[f"decode_fa2_paged256_tp{tp}"] = f"failed: {ex}"[:300]
+        log(f"decode FA2 paged failed: {str(ex)[:300]}")
+    return fa2_ok
+
+
+def _decode_mixed(sink: CsvSink, budget: Budget, device: str, model: str, tp: int, nh: int,
+                  nkv: int, d: int, kc, vc, tables, scale, target, cfg: dict, impl_t: str,
+                  max_tokens: int) -> None:
+    """Decode batches of mixed, log-uniform contexts (64..16384; seeded), two draws per size."""
+    gen = torch.Generator().manual_seed(1234)
+    for b in (4, 16, 64, 256):
+        for rep in range(2):
+            if not budget.ok():
+                break
+            cl = torch.exp(torch.empty(b).uniform_(math.log(64), math.log(16384), generator=gen)).long()
+            cmax = int(cl.max())
+            if int(cl.sum()) > max_tokens:
+                continue
+            sl = cl.to(device=device, dtype=torch.int32)
+            bt = tables(b, cmax)
+            q = rand((b, nh, d), device)
+            r = bench(lambda i: TK.paged_decode(q, kc, vc, bt, sl, cmax, scale,
+                                                target_programs=target, **cfg), device)
+            sink.add(part="gpu_decode_attn", model=model, tp=tp, op="decode_attn_mixed_ctx",
+                     impl=impl_t, dtype="bf16", tokens=b, batch=b, context=cmax,
+                     context_sum=int(cl.sum()), heads=nh, kv_heads=nkv, head_dim=d,
+                     bytes=int(cl.sum()) * nkv * d * 4 + 2 * b * nh * d * 2,
+                     flops=4.0 * nh * d * int(cl.sum()),
+                     note="log-uniform contexts 64..16384; context column = max", **r)
 
 
 def _tune_decode(kc, vc, nh, d, scale, target, tables, device, checks) -> dict:

@@ -98,7 +98,7 @@ def env_info(torch) -> dict:
     return info
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--parts", default=",".join(PARTS))
@@ -116,13 +116,173 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-attention", choices=("yes", "no"), default="yes")
     ap.add_argument("--test-model", default=None,
                     help="local testing only: a catalog name used in place of every model")
-    args = ap.parse_args(argv)
+    return ap
+
+
+class _Run:
+    """One calibration run: the flags, the grids they pick, the CSV sinks and the checks.
+    Each part is a method writing its rows; it returns the part's status."""
+
+    def __init__(self, args, device: str, deadline: float, checks: dict, meta: dict):
+        from . import gpu_ops
+        self.args, self.device, self.deadline = args, device, deadline
+        self.checks, self.meta = checks, meta
+        self.sm = sm = args.smoke
+        self.dg = dg = args.grid == "dense"
+        self.fine = fine = args.grid == "fine"
+        self.tokens = [1, 16, 256, 1024] if sm else (
+            FINE_TOKENS if fine else (DENSE_TOKENS if dg else gpu_ops.TOKENS))
+        self.contexts = DENSE_CONTEXTS if dg else CONTEXTS
+        self.dec_ctx = DENSE_DEC_CTX if dg else DEC_CTX
+        self.sinks: dict = {}
+        self.tm = args.test_model
+        self.L8 = self.tm or "llama-3.1-8b"
+
+    def sink(self, name):
+        from .timing import CsvSink
+        if name not in self.sinks:
+            self.sinks[name] = CsvSink(os.path.join(self.args.out, name))
+        return self.sinks[name]
+
+    def own_budget(self, part: str) -> float:
+        """The part's own seconds (before what earlier parts left over is carried in)."""
+        own = BUDGET_S[part] * (0.2 if self.sm else ((3.0 if part == "cpu" else 2.0) if self.dg else 1.0))
+        if self.fine:
+            own = self.args.total_s
+        return own
+
+    def run_part(self, part: str, budget) -> str:
+        fn = {"dense": self.dense, "prefill": self.prefill, "decode": self.decode,
+              "links": self.links, "cpu": self.cpu, "launch": self.launch}.get(part)
+        if fn is None:
+            return f"unknown part {part}"
+        return fn(budget)
+
+    def dense(self, budget) -> str:
+        from . import gpu_ops
+        sm, tm, args, device = self.sm, self.tm, self.args, self.device
+        s = self.sink("gpu_dense.csv")
+        gpu_ops.ceilings(s, device, self.checks, small=sm)
+        cfgs = DENSE_CONFIGS[:2] if sm else DENSE_CONFIGS
+        if args.dense_configs:
+            cfgs = [(m, int(t)) for m, t in (c.split(":") for c in args.dense_configs.split(","))]
+        if tm:
+            cfgs = [(tm, tp) for _, tp in cfgs]
+        gpu_ops.dense(s, budget, device, cfgs, self.tokens, self.checks, elementwise_ops=not self.fine,
+                      lm_head=not self.fine)
+        return "ok"
+
+    def prefill(self, budget) -> str:
+        from . import gpu_ops
+        sm, tm, device, checks, L8 = self.sm, self.tm, self.device, self.checks, self.L8
+        s = self.sink("gpu_prefill_attn.csv")
+        gpu_ops.prefill(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
+                        [16, 256] if sm else CHUNKS, [0, 1024] if sm else self.contexts, checks)
+        if not sm:  # the Qwen3 head configs at TP1 (40/8 and 64/8 heads)
+            for qm in ("qwen3-14b", "qwen3-32b"):
+                gpu_ops.prefill(s, budget, device, tm or qm, [1], CHUNKS, self.contexts, checks)
+        if not self.dg:
+            gpu_ops.mixed_varlen(s, budget, device, L8, checks, **(
+                dict(prefills=(512,), decodes=(8,), dctx=(1024,)) if sm else {}))
+        return "ok"
+
+    def decode(self, budget) -> str:
+        from . import gpu_ops
+        sm = self.sm
+        s = self.sink("gpu_decode_attn.csv")
+        gpu_ops.decode(s, budget, self.device, self.L8, [1, 2] if sm else [1, 2, 4],
+                       [1, 64] if sm else DEC_BATCH, [64, 4096] if sm else self.dec_ctx,
+                       (1 << 20) if sm else 512 * 32768, self.checks)
+        return "ok"
+
+    def links(self, budget) -> str:
+        from . import links
+        sm = self.sm
+        if self.device != "cuda":
+            return "skipped: no cuda"
+        links.links(self.sink("links.csv"), budget, self.checks,
+                    max_bytes=(64 << 20) if sm else (1 << 30),
+                    concurrent_sizes=(16 << 20,) if sm else (16 << 20, 64 << 20, 256 << 20))
+        return "ok"
+
+    def cpu(self, budget) -> str:
+        from . import cpu_ops
+        from .timing import Budget
+        sm, dg, tm, args = self.sm, self.dg, self.tm, self.args
+        s = self.sink("cpu_ops.csv")
+        ths = [int(t) for t in args.cpu_threads.split(",")]
+        ncpu = os.cpu_count() or 1
+        for i, th in enumerate(ths):
+            th = min(th, ncpu)
+            # split what is left between thread counts; attention gets a third of each
+            share = budget.left() / (len(ths) - i)
+            attn = args.cpu_attention == "yes"
+            b1 = Budget(share * (0.65 if attn else 1.0), self.deadline)
+            for cm in ([tm] if tm else args.cpu_models.split(",")):
+                cpu_ops.cpu_dense(s, b1, self.checks, th, cm,
+                                  tokens=[1, 8, 64] if sm else (
+                                      DENSE_CPU_TOKENS if dg else cpu_ops.CPU_TOKENS),
+                                  target_s=0.02 if sm else (0.25 if dg else 0.1))
+            if not attn:
+                continue
+            b2 = Budget(share - b1.used(), self.deadline)
+            cpu_ops.cpu_attn(s, b2, self.checks, th, self.L8,
+                             batches=(1, 4) if sm else (
+                                 (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if dg
+                                 else (1, 4, 16, 64, 256, 512)),
+                             contexts=(128, 512) if sm else (
+                                 (128, 256, 512, 1024, 2048, 4096, 8192, 16384) if dg
+                                 else (128, 512, 2048, 8192, 16384)),
+                             max_tokens=(1 << 14) if sm else (4 << 20),
+                             target_s=0.02 if sm else (0.2 if dg else 0.1))
+        self.meta["parts"]["cpu_threads"] = ths
+        return "ok"
+
+    def launch(self, budget) -> str:
+        from . import launch
+        if self.device != "cuda":
+            return "skipped: no cuda"
+        launch.launch(self.sink("launch.csv"), budget, self.checks, small=self.sm)
+        return "ok"
+
+
+def _run_parts(run: _Run, parts: list[str], write_meta, torch) -> None:
+    """The parts in order, each in its own budget plus what the parts before it left unused."""
+    from .timing import Budget, log
+    meta, device = run.meta, run.device
+    carry = 0.0
+    for part in parts:
+        own = run.own_budget(part)
+        budget = Budget(own + carry, run.deadline)
+        log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
+        try:
+            status = run.run_part(part, budget)
+        except Exception as ex:  # noqa: BLE001
+            traceback.print_exc()
+            status = f"failed: {type(ex).__name__}: {ex}"[:500]
+            try:
+                torch.cuda.synchronize() if device == "cuda" else None
+            except Exception:  # noqa: BLE001
+                pass
+        used = budget.used()
+        carry = max(0.0, own + carry - used)
+        meta["parts"][part] = {"status": status, "used_s": round(used, 1), "budget_s": round(own, 1),
+                               "points_skipped_for_time": budget.skipped}
+        log(f"=== part {part}: {status}, {used:.0f}s used ===")
+        if device == "cuda":
+            from .timing import free_gpu
+            free_gpu()
+        write_meta()
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
 
     import torch  # only here, inside simserve.calibrate
 
-    from . import gpu_ops, launch, links
-    from . import cpu_ops
-    from .timing import Budget, CsvSink, log
+    from . import gpu_ops, launch, links  # noqa: F401 - imported before any part runs, as always
+    from . import cpu_ops  # noqa: F401
+    from .timing import log
 
     os.makedirs(args.out, exist_ok=True)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -141,115 +301,10 @@ def main(argv=None) -> int:
     write_meta()
     log("env:", json.dumps({k: v for k, v in meta["env"].items() if k not in ("cpu_flags_all",)}, default=str)[:3000])
     torch.manual_seed(0)
-    sm = args.smoke
-    dg = args.grid == "dense"
-    fine = args.grid == "fine"
-    tokens = [1, 16, 256, 1024] if sm else (
-        FINE_TOKENS if fine else (DENSE_TOKENS if dg else gpu_ops.TOKENS))
-    contexts = DENSE_CONTEXTS if dg else CONTEXTS
-    dec_ctx = DENSE_DEC_CTX if dg else DEC_CTX
+    run = _Run(args, device, deadline, checks, meta)
     meta["grid"] = args.grid
-    sinks = {}
-    tm = args.test_model
-    L8 = tm or "llama-3.1-8b"
-
-    def sink(name):
-        if name not in sinks:
-            sinks[name] = CsvSink(os.path.join(args.out, name))
-        return sinks[name]
-
-    carry = 0.0
-    for part in parts:
-        own = BUDGET_S[part] * (0.2 if sm else ((3.0 if part == "cpu" else 2.0) if dg else 1.0))
-        if fine:
-            own = args.total_s
-        budget = Budget(own + carry, deadline)
-        log(f"=== part {part}: budget {budget.left():.0f}s (own {own:.0f} + carried {carry:.0f}) ===")
-        status = "ok"
-        try:
-            if part == "dense":
-                s = sink("gpu_dense.csv")
-                gpu_ops.ceilings(s, device, checks, small=sm)
-                cfgs = DENSE_CONFIGS[:2] if sm else DENSE_CONFIGS
-                if args.dense_configs:
-                    cfgs = [(m, int(t)) for m, t in (c.split(":") for c in args.dense_configs.split(","))]
-                if tm:
-                    cfgs = [(tm, tp) for _, tp in cfgs]
-                gpu_ops.dense(s, budget, device, cfgs, tokens, checks, elementwise_ops=not fine,
-                              lm_head=not fine)
-            elif part == "prefill":
-                s = sink("gpu_prefill_attn.csv")
-                gpu_ops.prefill(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
-                                [16, 256] if sm else CHUNKS, [0, 1024] if sm else contexts, checks)
-                if not sm:  # the Qwen3 head configs at TP1 (40/8 and 64/8 heads)
-                    for qm in ("qwen3-14b", "qwen3-32b"):
-                        gpu_ops.prefill(s, budget, device, tm or qm, [1], CHUNKS, contexts, checks)
-                if not dg:
-                    gpu_ops.mixed_varlen(s, budget, device, L8, checks, **(
-                        dict(prefills=(512,), decodes=(8,), dctx=(1024,)) if sm else {}))
-            elif part == "decode":
-                s = sink("gpu_decode_attn.csv")
-                gpu_ops.decode(s, budget, device, L8, [1, 2] if sm else [1, 2, 4],
-                               [1, 64] if sm else DEC_BATCH, [64, 4096] if sm else dec_ctx,
-                               (1 << 20) if sm else 512 * 32768, checks)
-            elif part == "links":
-                if device != "cuda":
-                    status = "skipped: no cuda"
-                else:
-                    links.links(sink("links.csv"), budget, checks,
-                                max_bytes=(64 << 20) if sm else (1 << 30),
-                                concurrent_sizes=(16 << 20,) if sm else (16 << 20, 64 << 20, 256 << 20))
-            elif part == "cpu":
-                s = sink("cpu_ops.csv")
-                ths = [int(t) for t in args.cpu_threads.split(",")]
-                ncpu = os.cpu_count() or 1
-                for i, th in enumerate(ths):
-                    th = min(th, ncpu)
-                    # split what is left between thread counts; attention gets a third of each
-                    share = budget.left() / (len(ths) - i)
-                    attn = args.cpu_attention == "yes"
-                    b1 = Budget(share * (0.65 if attn else 1.0), deadline)
-                    for cm in ([tm] if tm else args.cpu_models.split(",")):
-                        cpu_ops.cpu_dense(s, b1, checks, th, cm,
-                                          tokens=[1, 8, 64] if sm else (
-                                              DENSE_CPU_TOKENS if dg else cpu_ops.CPU_TOKENS),
-                                          target_s=0.02 if sm else (0.25 if dg else 0.1))
-                    if not attn:
-                        continue
-                    b2 = Budget(share - b1.used(), deadline)
-                    cpu_ops.cpu_attn(s, b2, checks, th, L8,
-                                     batches=(1, 4) if sm else (
-                                         (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if dg
-                                         else (1, 4, 16, 64, 256, 512)),
-                                     contexts=(128, 512) if sm else (
-                                         (128, 256, 512, 1024, 2048, 4096, 8192, 16384) if dg
-                                         else (128, 512, 2048, 8192, 16384)),
-                                     max_tokens=(1 << 14) if sm else (4 << 20),
-                                     target_s=0.02 if sm else (0.2 if dg else 0.1))
-                meta["parts"]["cpu_threads"] = ths
-            elif part == "launch":
-                if device != "cuda":
-                    status = "skipped: no cuda"
-                else:
-                    launch.launch(sink("launch.csv"), budget, checks, small=sm)
-            else:
-                status = f"unknown part {part}"
-        except Exception as ex:  # noqa: BLE001
-            traceback.print_exc()
-            status = f"failed: {type(ex).__name__}: {ex}"[:500]
-            try:
-                torch.cuda.synchronize() if device == "cuda" else None
-            except Exception:  # noqa: BLE001
-                pass
-        used = budget.used()
-        carry = max(0.0, own + carry - used)
-        meta["parts"][part] = {"status": status, "used_s": round(used, 1), "budget_s": round(own, 1),
-                               "points_skipped_for_time": budget.skipped}
-        log(f"=== part {part}: {status}, {used:.0f}s used ===")
-        if device == "cuda":
-            from .timing import free_gpu
-            free_gpu()
-        write_meta()
+    _run_parts(run, parts, write_meta, torch)
+    sinks = run.sinks
     meta["rows"] = {name: s.count for name, s in sinks.items()}
     meta["env_end_nvidia_smi"] = env_info(torch).get("nvidia_smi") if device == "cuda" else None
     write_meta()

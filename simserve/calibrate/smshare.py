@@ -128,7 +128,7 @@ def corun(ex, dinp, pinp, dstream, pstream, n_dec: int, n_pre: int, cover_s: flo
             "covered": t[0] <= p_start + 50 and t[-1] >= p_end, "start_gap_us": p_start}
 
 
-def main(argv=None) -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default="qwen3-14b")
@@ -143,54 +143,60 @@ def main(argv=None) -> None:
     ap.add_argument("--prefills", default="8192x0,2048x8192", help="CHUNKxCTX prefill batches")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=420.0)
-    a = ap.parse_args(argv)
-    t_start = time.monotonic()
-    os.makedirs(a.out, exist_ok=True)
-    total = torch.cuda.get_device_properties(0).multi_processor_count
-    ex = ShardExecutor(a.model, layers=a.layers, kv_pool_gib=24.0, launch="queued", tp=a.shard,
-                       max_tokens=16384)
-    decs = [tuple(int(v) for v in x.split("x")) for x in a.decodes.split(",")]
-    pres = [tuple(int(v) for v in x.split("x")) for x in a.prefills.split(",")]
-    dinps = {d: ex.prepare(ExecBatch(decode_ctx=[d[1]] * d[0])) for d in decs}
-    pinps = {p: ex.prepare(ExecBatch(chunks=[p[0]], chunk_ctx=[p[1]], chunk_sample=[True]))
-             for p in pres}
-    meta = {"model": a.model, "shard": a.shard, "layers": a.layers, "device_sms": total,
-            "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "partitions": {}}
-    f = open(os.path.join(a.out, "smshare.csv"), "w", newline="")
-    w = csv.DictWriter(f, fieldnames=COLUMNS)
-    w.writeheader()
+    return ap
 
-    def row(**r):
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-        f.flush()
 
-    full = torch.cuda.Stream()
-    for inp in [*dinps.values(), *pinps.values()]:  # warm-up: Triton JIT, cuBLAS heuristics
+class _Rows:
+    """smshare.csv, flushed after every row."""
+
+    def __init__(self, path: str):
+        self.f = open(path, "w", newline="")
+        self.w = csv.DictWriter(self.f, fieldnames=COLUMNS)
+        self.w.writeheader()
+
+    def __call__(self, **r):
+        self.w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+        self.f.flush()
+
+    def close(self):
+        self.f.close()
+
+
+def _host_times(ex, dinps: dict, pinps: dict) -> dict:
+    """Warm up every input once (Triton JIT, cuBLAS heuristics), then the host time (s) to queue
+    one pass of each, keyed ("d", decode) / ("p", prefill)."""
+    for inp in [*dinps.values(), *pinps.values()]:
         ex.forward(inp)
     torch.cuda.synchronize()
-    host = {}  # host time to queue one pass (s): sizes the GPU sleeps that hide the queueing
+    host = {}
     for key, inp in [*((("d", d), i) for d, i in dinps.items()),
                      *((("p", q), i) for q, i in pinps.items())]:
         t0 = time.perf_counter()
         ex.forward(inp)
         host[key] = time.perf_counter() - t0
         torch.cuda.synchronize()
-    meta["host_queue_ms_per_pass"] = {str(k): round(v * 1e3, 3) for k, v in host.items()}
+    return host
 
-    def cover(n_dec, d=None, p=None):
-        return 1.5 * ((host["d", d] * n_dec if d else 0.0) + (host["p", p] if p else 0.0)) + 0.005
+
+def _whole_gpu(ex, dinps, pinps, full, reps: int, total: int, cover, row) -> dict:
+    """Each decode and prefill batch alone on the whole GPU (`full`, a stream outside any
+    partition): the baselines of every ratio."""
     base = {}
     for d, inp in dinps.items():
-        base["d", d] = alone_us(ex, inp, full, 10, a.reps, cover(10, d=d))
+        base["d", d] = alone_us(ex, inp, full, 10, reps, cover(10, d=d))
         row(kind="decode_alone", decode_sms=total, decode_batch=d[0], decode_ctx=d[1],
-            alone_us=base["d", d], n=a.reps)
+            alone_us=base["d", d], n=reps)
     for p, inp in pinps.items():
-        base["p", p] = alone_us(ex, inp, full, 2, a.reps, 2 * cover(0, p=p))
+        base["p", p] = alone_us(ex, inp, full, 2, reps, 2 * cover(0, p=p))
         row(kind="prefill_alone", prefill_sms=total, prefill_chunk=p[0], prefill_ctx=p[1],
-            alone_us=base["p", p], n=a.reps)
+            alone_us=base["p", p], n=reps)
     print("whole GPU (us):", {str(k): round(v, 1) for k, v in base.items()}, flush=True)
+    return base
 
+
+def _partitions(a, meta: dict) -> dict:
+    """A green-context partition per size asked for; a size the driver refuses is reported
+    and left out."""
     parts = {}
     for s in sorted({int(x) for x in a.alone_sms.split(",")} | {int(x) for x in a.decode_sms.split(",")}):
         try:
@@ -199,7 +205,12 @@ def main(argv=None) -> None:
             print(f"partition {s}: {e!r}", flush=True)
             continue
         meta["partitions"][s] = parts[s].sms
-    # alone on partitions: decode on the s-group, prefill on the s-group too (scaling curves)
+    return parts
+
+
+def _alone_on_partitions(ex, dinps, pinps, parts, base, a, t_start, cover, row) -> None:
+    """Decode and prefill each alone on a partition's `s`-SM group (the scaling curves);
+    prefill points stop at half the budget."""
     for s, pt in parts.items():
         ds, _ = pt.streams
         for d, inp in dinps.items():
@@ -213,7 +224,10 @@ def main(argv=None) -> None:
             row(kind="prefill_alone", prefill_sms=pt.sms[0], prefill_chunk=p[0], prefill_ctx=p[1],
                 alone_us=t, ratio=t / base["p", p], n=3)
         print(f"alone on {pt.sms[0]} SMs done ({time.monotonic() - t_start:.0f} s)", flush=True)
-    # co-running on disjoint partitions
+
+
+def _corun_partitions(ex, dinps, pinps, parts, base, a, t_start, host, cover, row) -> None:
+    """Decode on the `s`-SM group beside prefill on the rest, for every decode SM count."""
     for s in [int(x) for x in a.decode_sms.split(",")]:
         if s not in parts:
             continue
@@ -226,34 +240,70 @@ def main(argv=None) -> None:
             for d, dinp in dinps.items():
                 if time.monotonic() - t_start > a.budget_s:
                     break
-                d_s = alone_us(ex, dinp, ds, 10, a.reps, cover(10, d=d))
-                # the prefill run holds >= 3 decode passes; the decode run covers it even if
-                # decode slows 2x
-                n_pre = max(1, -(-3 * d_s // p_rest))
-                n_dec = int(2.0 * n_pre * p_rest / d_s) + 4
-                c = cover(n_dec, d=d, p=p) + 1.5 * (n_pre - 1) * host["p", p]
-                rs = [corun(ex, dinp, pinp, ds, ps, n_dec, int(n_pre), c) for _ in range(a.reps)]
-                good = [r for r in rs if r["covered"] and r["decode_inside"]]
-                note = f"{len(good)}/{len(rs)} runs covered; start gap " \
-                       f"{statistics.median(r['start_gap_us'] for r in rs):.0f} us"
-                if not good:
-                    row(kind="corun", decode_sms=pt.sms[0], prefill_sms=pt.sms[1],
-                        decode_batch=d[0], decode_ctx=d[1], prefill_chunk=p[0], prefill_ctx=p[1],
-                        note="no covered run: " + note)
-                    continue
-                pre = statistics.median(r["prefill_us"] for r in good)
-                dec = statistics.median(x for r in good for x in r["decode_inside"])
-                note += f"; {int(n_pre)} prefill and {n_dec} decode passes"
-                common = dict(decode_sms=pt.sms[0], prefill_sms=pt.sms[1], decode_batch=d[0],
-                              decode_ctx=d[1], prefill_chunk=p[0], prefill_ctx=p[1], n=len(good),
-                              note=note)
-                row(kind="corun_decode", alone_us=d_s, corun_us=dec, ratio=dec / d_s, **common)
-                row(kind="corun_prefill", alone_us=p_rest, corun_us=pre, ratio=pre / p_rest,
-                    **common)
-                print(f"s={pt.sms}: decode {d} {d_s:.0f}->{dec:.0f} us (x{dec / d_s:.3f}), "
-                      f"prefill {p} {p_rest:.0f}->{pre:.0f} us (x{pre / p_rest:.3f}); {note}",
-                      flush=True)
-    f.close()
+                _corun_point(ex, pt, d, dinp, p, pinp, p_rest, a.reps, host, cover, row)
+
+
+def _corun_point(ex, pt, d, dinp, p, pinp, p_rest: float, reps: int, host, cover, row) -> None:
+    """One (decode batch, prefill batch) pair co-running on `pt`: decode alone on its SMs, then
+    `reps` co-runs; rows corun_decode and corun_prefill (or one corun row when no run covered)."""
+    ds, ps = pt.streams
+    d_s = alone_us(ex, dinp, ds, 10, reps, cover(10, d=d))
+    # the prefill run holds >= 3 decode passes; the decode run covers it even if
+    # decode slows 2x
+    n_pre = max(1, -(-3 * d_s // p_rest))
+    n_dec = int(2.0 * n_pre * p_rest / d_s) + 4
+    c = cover(n_dec, d=d, p=p) + 1.5 * (n_pre - 1) * host["p", p]
+    rs = [corun(ex, dinp, pinp, ds, ps, n_dec, int(n_pre), c) for _ in range(reps)]
+    good = [r for r in rs if r["covered"] and r["decode_inside"]]
+    note = f"{len(good)}/{len(rs)} runs covered; start gap " \
+           f"{statistics.median(r['start_gap_us'] for r in rs):.0f} us"
+    if not good:
+        row(kind="corun", decode_sms=pt.sms[0], prefill_sms=pt.sms[1],
+            decode_batch=d[0], decode_ctx=d[1], prefill_chunk=p[0], prefill_ctx=p[1],
+            note="no covered run: " + note)
+        return
+    pre = statistics.median(r["prefill_us"] for r in good)
+    dec = statistics.median(x for r in good for x in r["decode_inside"])
+    note += f"; {int(n_pre)} prefill and {n_dec} decode passes"
+    common = dict(decode_sms=pt.sms[0], prefill_sms=pt.sms[1], decode_batch=d[0],
+                  decode_ctx=d[1], prefill_chunk=p[0], prefill_ctx=p[1], n=len(good),
+                  note=note)
+    row(kind="corun_decode", alone_us=d_s, corun_us=dec, ratio=dec / d_s, **common)
+    row(kind="corun_prefill", alone_us=p_rest, corun_us=pre, ratio=pre / p_rest,
+        **common)
+    print(f"s={pt.sms}: decode {d} {d_s:.0f}->{dec:.0f} us (x{dec / d_s:.3f}), "
+          f"prefill {p} {p_rest:.0f}->{pre:.0f} us (x{pre / p_rest:.3f}); {note}",
+          flush=True)
+
+
+def main(argv=None) -> None:
+    a = _parser().parse_args(argv)
+    t_start = time.monotonic()
+    os.makedirs(a.out, exist_ok=True)
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    ex = ShardExecutor(a.model, layers=a.layers, kv_pool_gib=24.0, launch="queued", tp=a.shard,
+                       max_tokens=16384)
+    decs = [tuple(int(v) for v in x.split("x")) for x in a.decodes.split(",")]
+    pres = [tuple(int(v) for v in x.split("x")) for x in a.prefills.split(",")]
+    dinps = {d: ex.prepare(ExecBatch(decode_ctx=[d[1]] * d[0])) for d in decs}
+    pinps = {p: ex.prepare(ExecBatch(chunks=[p[0]], chunk_ctx=[p[1]], chunk_sample=[True]))
+             for p in pres}
+    meta = {"model": a.model, "shard": a.shard, "layers": a.layers, "device_sms": total,
+            "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "partitions": {}}
+    row = _Rows(os.path.join(a.out, "smshare.csv"))
+    full = torch.cuda.Stream()
+    # host time to queue one pass (s): sizes the GPU sleeps that hide the queueing
+    host = _host_times(ex, dinps, pinps)
+    meta["host_queue_ms_per_pass"] = {str(k): round(v * 1e3, 3) for k, v in host.items()}
+
+    def cover(n_dec, d=None, p=None):
+        return 1.5 * ((host["d", d] * n_dec if d else 0.0) + (host["p", p] if p else 0.0)) + 0.005
+    base = _whole_gpu(ex, dinps, pinps, full, a.reps, total, cover, row)
+    parts = _partitions(a, meta)
+    _alone_on_partitions(ex, dinps, pinps, parts, base, a, t_start, cover, row)
+    _corun_partitions(ex, dinps, pinps, parts, base, a, t_start, host, cover, row)
+    row.close()
     meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     meta["wall_s"] = round(time.monotonic() - t_start, 1)
     with open(os.path.join(a.out, "meta.json"), "w") as fh:

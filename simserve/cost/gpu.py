@@ -260,7 +260,8 @@ class GpuCostModel:
         eager beyond: per layer), process the previous step's output. Decode-only steps
         replay one full graph and stay within the fitted per-step host work; eager steps are
         not bounded (GPU-bound)."""
-        c = self.loop_calls.get("piecewise") if num_tokens <= self.loop_graph_max else None
+        calls = self.loop_calls or {}
+        c = calls.get("piecewise") if num_tokens <= self.loop_graph_max else None
         if c is None:  # an eager step is GPU-bound: its launch delays the previous output
             return 0.0
         return (float(c["schedule_us"]) + float(c["update_us"])

@@ -31,7 +31,9 @@ BUILTINS: dict[str, str] = {
     "muxwise": "simserve.policies.muxwise.engine",
     "neo": "simserve.policies.neo",
     "sarathi": "simserve.policies.sarathi",
+    "sarathi-routed": "simserve.policies.routing",
     "vllm": "simserve.policies.vllm",
+    "vllm-routed": "simserve.policies.routing",
 }
 
 

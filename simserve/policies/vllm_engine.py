@@ -317,6 +317,9 @@ def chunked_replicas(ctx: SimContext, cfg: ChunkedConfig, scheduler_cls: type):
     G, tp, kind = ctx.hardware.num_gpus, cfg.tp, scheduler_cls.kind
     if G % tp:
         raise ConfigError(f"policy {kind}: tp={tp} does not divide num_gpus={G}")
+    if cfg.offline:  # LLM.generate on a list: every request added at once
+        ctx.table.scheduled[:] = 0.0
+        ctx.table.arrival[:] = 0.0
     engines = [ChunkedEngine(ctx, cfg, i, list(range(i * tp, (i + 1) * tp)), scheduler_cls(cfg))
                for i in range(G // tp)]
     return deploy(ctx, kind, engines)

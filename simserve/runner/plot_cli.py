@@ -170,10 +170,6 @@ def exact_token_times(config: Path, policy: str, rate: float, seed, frame, _hw={
 def _plot(args: argparse.Namespace) -> int:
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    from simserve import plots
     if args.trace_events or (args.results and trace_plot.is_point_folder(Path(args.results))):
         return _plot_timeline(args)
     if not args.results:
@@ -183,10 +179,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise SimserveError(f"{results}: expected a results folder (with summary.json)")
     records = load_records(results)
     cfg = _config(results, records)
-    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
-    for f in formats:
-        if f not in FORMATS:
-            raise SimserveError(f"--format {f!r}: expected some of {', '.join(FORMATS)}")
+    formats = _formats(args)
     targets = panel_targets(_slo(args, cfg), [parse_target(t) for t in args.target or []])
     available = {k for r in records for k in r}
     targets = [t for t in targets if t.metric in available]
@@ -203,8 +196,23 @@ def _plot(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else results / "plots"
     out.mkdir(parents=True, exist_ok=True)
     title = _title(cfg, results)
-    written: list[Path] = []
+    save = lambda fig, stem: _save(fig, out, stem, formats)
+    written = _latency_figure(records, targets, available, caps, styles, title, save)
+    written += _attainment_figure(records, targets, cfg, caps, styles, title, save)
+    if pts:
+        written += _timeline_figure(pts, rate, seed, args.approx_timeline, styles, title, save)
+    else:
+        print(f"note: no per-request results (requests.csv) in {results}; no token timeline")
+    for p in written:
+        print(p)
+    return 0
 
+
+def _latency_figure(records, targets, available, caps, styles, title, save) -> list[Path]:
+    """Latency metrics against rate, two panels a row, the targets' metrics after the defaults."""
+    import matplotlib.pyplot as plt
+
+    from simserve import plots
     metrics = list(plots.LATENCY_PANELS) + [t.metric for t in targets if t.metric not in
                                             plots.LATENCY_PANELS and t.metric != "slo_attainment"]
     metrics = [m for m in metrics if m in available]
@@ -212,46 +220,58 @@ def _plot(args: argparse.Namespace) -> int:
                      layout="constrained")
     plots.latency_panels(records, fig, metrics=metrics, targets=targets, capacities=caps,
                          styles=styles, title=f"Latency vs request rate — {title}")
-    written += _save(fig, out, "latency", formats)
+    written = save(fig, "latency")
     plt.close(fig)
+    return written
 
+
+def _attainment_figure(records, targets, cfg, caps, styles, title, save) -> list[Path]:
+    """SLO attainment against rate, when a target asks for it; else nothing."""
+    import matplotlib.pyplot as plt
+
+    from simserve import plots
     att = [t for t in targets if t.metric == "slo_attainment"]
-    if att:
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        plots.attainment_vs_rate(records, ax, target=att[0], capacities=caps, styles=styles)
-        run_slo = cfg.get("slo") or {}  # attainment was measured against the run's own SLO
-        if run_slo.get("tbt_ms") is not None:
-            ax.set_title(f"SLO attainment — TTFT {run_slo['ttft_ms'] / 1e3:g} s, "
-                         f"TBT {run_slo['tbt_ms']:g} ms per-token deadlines", fontsize=11)
-        elif run_slo:
-            within = ", ".join(f"{k[:-3].upper()} {v:g} ms" for k, v in run_slo.items()
-                               if v is not None)
-            ax.set_title(f"SLO attainment — vLLM goodput: {within}", fontsize=11)
-        fig.suptitle(title, fontsize=10, color="0.3")
-        fig.tight_layout()
-        written += _save(fig, out, "attainment", formats)
-        plt.close(fig)
+    if not att:
+        return []
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    plots.attainment_vs_rate(records, ax, target=att[0], capacities=caps, styles=styles)
+    run_slo = cfg.get("slo") or {}  # attainment was measured against the run's own SLO
+    if run_slo.get("tbt_ms") is not None:
+        ax.set_title(f"SLO attainment — TTFT {run_slo['ttft_ms'] / 1e3:g} s, "
+                     f"TBT {run_slo['tbt_ms']:g} ms per-token deadlines", fontsize=11)
+    elif run_slo:
+        within = ", ".join(f"{k[:-3].upper()} {v:g} ms" for k, v in run_slo.items()
+                           if v is not None)
+        ax.set_title(f"SLO attainment — vLLM goodput: {within}", fontsize=11)
+    fig.suptitle(title, fontsize=10, color="0.3")
+    fig.tight_layout()
+    written = save(fig, "attainment")
+    plt.close(fig)
+    return written
 
-    if pts:
-        frame = pd.concat([f.assign(_label=lab) for lab, f, _, _ in pts], ignore_index=True)
-        exact = {}
-        if not args.approx_timeline:
-            for lab, f, config, policy in pts:
-                t = exact_token_times(config, policy, rate, seed, f)
-                if t is not None:
-                    exact[lab] = t
-        fig, ax = plt.subplots(figsize=(9, 5))
-        plots.token_timeline(frame, ax, token_times=exact, by="_label", styles=styles)
-        ax.set_title(f"Generated tokens over time at {rate:g} req/s (seed {seed})", fontsize=12)
-        fig.suptitle(title, fontsize=10, color="0.3")
-        fig.tight_layout()
-        written += _save(fig, out, "timeline", formats)
-        plt.close(fig)
-    else:
-        print(f"note: no per-request results (requests.csv) in {results}; no token timeline")
-    for p in written:
-        print(p)
-    return 0
+
+def _timeline_figure(pts, rate, seed, approx, styles, title, save) -> list[Path]:
+    """Generated tokens over time of one (rate, seed) point, one line per policy: exact token
+    times from a re-simulation unless `approx`, else estimated from the per-request rows."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from simserve import plots
+    frame = pd.concat([f.assign(_label=lab) for lab, f, _, _ in pts], ignore_index=True)
+    exact = {}
+    if not approx:
+        for lab, f, config, policy in pts:
+            t = exact_token_times(config, policy, rate, seed, f)
+            if t is not None:
+                exact[lab] = t
+    fig, ax = plt.subplots(figsize=(9, 5))
+    plots.token_timeline(frame, ax, token_times=exact, by="_label", styles=styles)
+    ax.set_title(f"Generated tokens over time at {rate:g} req/s (seed {seed})", fontsize=12)
+    fig.suptitle(title, fontsize=10, color="0.3")
+    fig.tight_layout()
+    written = save(fig, "timeline")
+    plt.close(fig)
+    return written
 
 
 def _formats(args) -> list[str]:
