@@ -113,9 +113,10 @@ class ChunkedEngine(EngineBase):
         # vLLM's async engine-core loop (`vllm_loop.py`), where its host calls were measured
         self.loop = None
         if calls and self.intake.async_:
+            fe = self.intake.frontend
             self.loop = self.intake.loop = EngineLoop(
                 ctx.table, calls, max(host.capture_sizes) if host.capture_sizes else 512,
-                ctx.model.num_layers)
+                ctx.model.num_layers, fe.out_s + fe.out_delay_s if fe is not None else 0.0)
         self.leap = leaps(scheduler, cfg.leap)
         self.running: list[int] = []
         self.waiting = scheduler.waiting_queue(ctx.table)
@@ -204,10 +205,14 @@ class ChunkedEngine(EngineBase):
                 if self.loop is not None:
                     self.loop.idle(env.now)
                 continue
-            loop = self.loop
+            loop, leap = self.loop, self.leap
             if loop is not None:
-                self.clock = loop.decode_start(self.clock)
-            if self.leap and self.leaper.start():
+                start = loop.decode_start(self.clock)
+                # a step the host holds back (after a host-bound prefill step) is stepped:
+                # a leap takes arrivals during its first step as arriving in flight
+                leap = leap and start == self.clock
+                self.clock = start
+            if leap and self.leaper.start():
                 yield from self.leaper.wait()
                 if loop is not None:
                     loop.decoded(self.intake.prev_start)
@@ -229,7 +234,7 @@ class ChunkedEngine(EngineBase):
         scheduling a step back to back with the last was scheduled when the last began."""
         intake = self.intake
         if self.loop is not None:   # requests that reached the engine core before H
-            intake.cutoff = self.loop.H
+            intake.cutoff = self.loop.cut
         elif intake.async_:
             intake.cutoff = intake.step_cutoff(self.clock)
         pre = self.num_preemptions
@@ -300,7 +305,7 @@ class ChunkedEngine(EngineBase):
             out = ids[sample]
         done = t.emit(out, self.intake.delivered(self.clock, len(out)))
         if self.loop is not None:
-            self.loop.last = (out if type(out) is list else out.tolist(), self.clock)
+            self.loop.applied(out if type(out) is list else out.tolist(), self.clock)
         if len(done):
             self.finish(done)
         self.sample()

@@ -108,7 +108,7 @@ class Intake:
         """Will the step starting at `clock` see waiting request `head`?"""
         if not self.async_:
             return True
-        cut = self.step_cutoff(clock) if self.loop is None else self.loop.H
+        cut = self.step_cutoff(clock) if self.loop is None else self.loop.cut
         return self.reached.get(head, -1.0) <= cut
 
     def waiting_at(self, waiting, t: float) -> int:
