@@ -171,14 +171,25 @@ def _paper_cell(x) -> str:
 
 
 def table(stem: str, out: Path, markdown: bool = True) -> str:
+    """One setting: each policy's sustainable rate per target, DualPace's ratios beside the
+    paper's with the share of output tokens DualPace decoded on the CPU at its knee (0 %: the
+    CPU tier never ran, the ratio is not the paper's mechanism), and vLLM at DualPace's GPU
+    token limit where the experiment runs it (its ratio: what the token limit alone buys)."""
+    from simserve.capacity import load_records
+    from dualpace_counters import at_knee
     caps = capacities(out)
+    recs = load_records(out)
     paper = PAPER.get(stem, (None, None, None, {}))[3]
-    pols = [p for p in POLICIES if any(k[1] == p for k in caps)]
+    pols = [p for p in POLICIES + (ABLATION,) if any(k[1] == p for k in caps)]
     head = ["target"] + [NAMES[p] for p in pols]
     if "vllm" in pols:
         head.append("DualPace / vLLM (paper)")
     if "neo" in pols:
         head.append("DualPace / NEO (paper)")
+    if "dualpace" in pols:
+        head.append("DualPace CPU tier at its knee")
+    if ABLATION in pols:
+        head.append(f"DualPace / {NAMES[ABLATION]}")
     rows = []
     for t in TARGETS:
         d = caps.get((t, "dualpace"))
@@ -188,6 +199,10 @@ def table(stem: str, out: Path, markdown: bool = True) -> str:
             row.append(f"{ratio_text(d, caps.get((t, 'vllm')))} ({_paper_cell(pv)})")
         if "neo" in pols:
             row.append(f"{ratio_text(d, caps.get((t, 'neo')))} ({_paper_cell(pn)})")
+        if "dualpace" in pols:
+            row.append(at_knee(recs, "dualpace", d))
+        if ABLATION in pols:
+            row.append(ratio_text(d, caps.get((t, ABLATION))))
         rows.append(row)
     return _render(head, rows, markdown)
 
@@ -214,8 +229,8 @@ def figure_tables(workloads=("trace",), markdown: bool = True) -> str:
     for fig, wl, t, kinds in FIGURE_TABLES:
         head = ["setting"] + (["workload"] if len(workloads) > 1 else []) + [
             "rates", "vLLM", "NEO", "DualPace", "DualPace / vLLM (paper)",
-            "DualPace / NEO (paper)", NAMES[ABLATION], f"DualPace / {NAMES[ABLATION]}",
-            "DualPace CPU tier at its knee", "NEO CPU tier at its knee"]
+            "DualPace / NEO (paper)", "DualPace CPU tier at its knee", NAMES[ABLATION],
+            f"DualPace / {NAMES[ABLATION]}", "NEO CPU tier at its knee"]
         rows = []
         for s, (panel_, title, _, paper) in PAPER.items():
             kind = "code" if "-code-" in s else "conv"
@@ -231,12 +246,12 @@ def figure_tables(workloads=("trace",), markdown: bool = True) -> str:
                             + [caps[(t, p)].text if (t, p) in caps else "—"
                                for p in ("vllm", "neo", "dualpace")]
                             + [f"{ratio_text(d, caps.get((t, 'vllm')))} ({_paper_cell(pv)})",
-                               f"{ratio_text(d, caps.get((t, 'neo')))} ({_paper_cell(pn)})"]
+                               f"{ratio_text(d, caps.get((t, 'neo')))} ({_paper_cell(pn)})",
+                               at_knee(recs_of[(s, w)], "dualpace", d)]
                             + [caps[(t, ABLATION)].text if (t, ABLATION) in caps else "—",
                                ratio_text(d, caps.get((t, ABLATION)))
                                if (t, ABLATION) in caps else "—"]
-                            + [at_knee(recs_of[(s, w)], p, caps.get((t, p)))
-                               for p in ("dualpace", "neo")])
+                            + [at_knee(recs_of[(s, w)], "neo", caps.get((t, "neo")))])
         blocks.append(f"{fig}, {TARGET_TEXT[t]} ({wl})\n\n{_render(head, rows, markdown)}")
     return "\n\n".join(blocks)
 

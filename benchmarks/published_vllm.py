@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import simserve
-from simserve.workload import SYNTHETIC, Workload, poisson_arrivals
+import simserve  # noqa: E402
+from simserve.workload import SYNTHETIC, Workload, poisson_arrivals  # noqa: E402
 
 DEFAULT_FILE = ROOT / "validation" / "published" / "measurements.yaml"
 SHAREGPT_BASE = "synthetic-conversation"

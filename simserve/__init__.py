@@ -22,6 +22,7 @@ _LAZY = {
     "load_experiment": "simserve.runner.config:load_experiment",
     "parse_experiment": "simserve.runner.config:parse_experiment",
     "simulate_point": "simserve.run:simulate_point",
+    "explain": "simserve.explain:",   # the package, callable: simserve.explain(FILE, ...)
     "build_workload": "simserve.workload.build:build_workload",
     "Workload": "simserve.workload.spec:Workload",
     "SimserveError": "simserve.errors:SimserveError",
@@ -58,7 +59,8 @@ def __getattr__(name: str):
     elif name in _LAZY:
         import importlib
         mod, attr = _LAZY[name].split(":")
-        value = getattr(importlib.import_module(mod), attr)
+        value = importlib.import_module(mod)
+        value = getattr(value, attr) if attr else value
     else:
         raise AttributeError(f"module 'simserve' has no attribute {name!r}")
     globals()[name] = value  # later lookups skip __getattr__

@@ -27,6 +27,8 @@ COMMANDS = {
                   "simserve.calibrate.cli"),
     "capacity": ("highest sustainable request rate per policy for latency/SLO targets",
                  "simserve.runner.capacity_cli"),
+    "explain": ("decompose a design's goodput lead over a baseline into its mechanisms",
+                "simserve.explain.cli"),
     "plot": ("plot latency / SLO attainment vs rate and token timelines",
              "simserve.runner.plot_cli"),
     "regress": ("compare small experiments with stored baselines",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from simserve.errors import ConfigError, did_you_mean
 from simserve.runner.yamlio import line_of, load_located
+from simserve.runner.config import check_keys, where
 
 TOP_KEYS = ("name", "model", "workload", "slo", "hardware", "designs", "prices", "objective",
             "search")
@@ -94,19 +95,8 @@ class PlanSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _where(src: str, obj, key=None, path: str = "") -> str:
-    ln = line_of(obj, key)
-    return f"{src}:{ln}: {path}" if ln else f"{src}: {path}"
-
-
-def _keys(obj, allowed, src: str, path: str) -> None:
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{_where(src, obj, path=path)}: expected a mapping, got {obj!r}")
-    for k in obj:
-        if k not in allowed:
-            p = f"{path}.{k}" if path else str(k)
-            raise ConfigError(f"{_where(src, obj, k, p)}: unknown key{did_you_mean(k, allowed)}; "
-                              f"allowed: {', '.join(allowed)}")
+_where = where  # the experiment YAML's error locations and key checks (runner.config)
+_keys = check_keys
 
 
 def _ints(v, src, obj, key, path, *, allow_none=False) -> tuple:

@@ -250,24 +250,24 @@ def apply_override(data: dict, item: str, src: str) -> None:
         node[last] = value
 
 
-def _where(src: str, obj, key=None, path: str = "") -> str:
+def where(src: str, obj, key=None, path: str = "") -> str:
     ln = line_of(obj, key)
     return f"{src}:{ln}: {path}" if ln else f"{src}: {path}"
 
 
-def _check_keys(obj, allowed, src: str, path: str) -> None:
+def check_keys(obj, allowed, src: str, path: str) -> None:
     if not isinstance(obj, dict):
-        raise ConfigError(f"{_where(src, obj, path=path)}: expected a mapping, got {obj!r}")
+        raise ConfigError(f"{where(src, obj, path=path)}: expected a mapping, got {obj!r}")
     for k in obj:
         if k not in allowed:
-            raise ConfigError(f"{_where(src, obj, k, f'{path}.{k}' if path else str(k))}: unknown "
+            raise ConfigError(f"{where(src, obj, k, f'{path}.{k}' if path else str(k))}: unknown "
                               f"key{did_you_mean(k, allowed)}; allowed: {', '.join(allowed)}")
 
 
 def _dataclass_from(cls, obj, src: str, path: str, rename: dict | None = None):
     names = [f.name for f in dataclasses.fields(cls)]
     allowed = names + list(rename or {})
-    _check_keys(obj, allowed, src, path)
+    check_keys(obj, allowed, src, path)
     kw = {}
     for k, v in obj.items():
         kw[(rename or {}).get(k, k)] = v
@@ -278,26 +278,26 @@ def _dataclass_from(cls, obj, src: str, path: str, rename: dict | None = None):
     except (TypeError, ValueError) as exc:
         msg = str(exc)
         field_ = msg.split(":", 1)[0] if ":" in msg else None
-        raise ConfigError(f"{_where(src, obj, field_, path)}: {msg}") from None
+        raise ConfigError(f"{where(src, obj, field_, path)}: {msg}") from None
     return cfg
 
 
 def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
-    _check_keys(data, TOP_KEYS, src, "")
+    check_keys(data, TOP_KEYS, src, "")
     for k in ("model", "workload", "policies"):
         if k not in data:
             raise ConfigError(f"{src}: missing required key {k!r}")
     try:
         model = get_model(str(data["model"])).name
     except ValueError as exc:
-        raise ConfigError(f"{_where(src, data, 'model', 'model')}: {exc}") from None
+        raise ConfigError(f"{where(src, data, 'model', 'model')}: {exc}") from None
     hw = _dataclass_from(HardwareConfig, data.get("hardware") or {}, src, "hardware")
     w = dict(data["workload"]) if isinstance(data["workload"], dict) else data["workload"]
     wl_obj = data["workload"]
     if isinstance(w, dict):
         for one, many in (("rate", "rates"), ("seed", "seeds")):
             if one in w and many in w:
-                raise ConfigError(f"{_where(src, wl_obj, one, 'workload.' + one)}: give {one} or "
+                raise ConfigError(f"{where(src, wl_obj, one, 'workload.' + one)}: give {one} or "
                                   f"{many}, not both")
             if one in w:
                 w[many] = w.pop(one)
@@ -307,18 +307,18 @@ def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
         if "rates" in w:
             w["rates"] = tuple(_inf(v) for v in w["rates"])
     if not isinstance(w, dict):
-        raise ConfigError(f"{_where(src, data, 'workload', 'workload')}: expected a mapping, "
+        raise ConfigError(f"{where(src, data, 'workload', 'workload')}: expected a mapping, "
                           f"got {w!r}")
     wl = _dataclass_from(WorkloadConfig, _relocate(w, wl_obj), src, "workload",
                          rename=None)
     pols = data["policies"]
     if not isinstance(pols, list) or not pols:
-        raise ConfigError(f"{_where(src, data, 'policies', 'policies')}: expected a non-empty list")
+        raise ConfigError(f"{where(src, data, 'policies', 'policies')}: expected a non-empty list")
     specs, labels = [], set()
     for i, p in enumerate(pols):
         path = f"policies[{i}]"
         if not isinstance(p, dict) or "name" not in p:
-            raise ConfigError(f"{_where(src, p if isinstance(p, dict) else pols, path=path)}: "
+            raise ConfigError(f"{where(src, p if isinstance(p, dict) else pols, path=path)}: "
                               "each policy needs a 'name'")
         params = {k: v for k, v in p.items() if k not in ("name", "label")}
         try:
@@ -326,10 +326,10 @@ def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
             cfg = make_config(p["name"], params, path)
         except ConfigError as exc:
             bad = str(exc).split(":", 1)[0].split(".")[-1]
-            raise ConfigError(f"{_where(src, p, bad if bad in p else 'name', '')}{exc}") from None
+            raise ConfigError(f"{where(src, p, bad if bad in p else 'name', '')}{exc}") from None
         label = str(p.get("label", p["name"]))
         if label in labels:
-            raise ConfigError(f"{_where(src, p, 'name', path)}: two policies share the label "
+            raise ConfigError(f"{where(src, p, 'name', path)}: two policies share the label "
                               f"{label!r}; give each a distinct 'label'")
         labels.add(label)
         specs.append(PolicySpec(p["name"], label, cfg))
@@ -348,14 +348,14 @@ def _check_name(data: dict, src: str) -> str:
     if name is None or name == "":
         return Path(src).stem
     if not isinstance(name, (str, int, float)) or isinstance(name, bool):
-        raise ConfigError(f"{_where(src, data, 'name', 'name')}: expected a text, got {name!r}")
+        raise ConfigError(f"{where(src, data, 'name', 'name')}: expected a text, got {name!r}")
     name = str(name)
     bad = ("is an absolute path" if name.startswith(("/", "\\")) or Path(name).is_absolute()
            else "contains a path separator" if "/" in name or "\\" in name
            else "is not a folder name" if name.strip() in (".", "..") or "\0" in name
            else None)
     if bad:
-        raise ConfigError(f"{_where(src, data, 'name', 'name')}: {name!r} {bad}; the name "
+        raise ConfigError(f"{where(src, data, 'name', 'name')}: {name!r} {bad}; the name "
                           "becomes the results folder results/NAME, so use a plain name such "
                           "as my-run (choose the folder itself with --out)")
     return name

@@ -24,7 +24,8 @@ from simserve.workload.synthetic import (RANDOM, SYNTHETIC, check_count, check_p
                                          random_workload)
 from simserve.workload.transform import (OVERLONG, cap_context, drop_overlong, first_n,
                                          normalize_exponential, normalize_gamma, scale_gaps,
-                                         tile, trace_arrivals, zero_outputs)
+                                         tile, trace_arrivals, with_max_concurrency,
+                                         zero_outputs)
 
 ARRIVALS = ("poisson", "gamma", "scale", "trace")
 SYNTHETIC_ARRIVALS = ("poisson", "gamma")
@@ -182,9 +183,4 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
         w = trace_arrivals(w)
     if max_context is not None and overlong == "cap":
         w = cap_context(w, max_context)
-    if max_concurrency is not None:
-        try:
-            w = dataclasses.replace(w, max_concurrency=max_concurrency)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    return w
+    return with_max_concurrency(w, max_concurrency)

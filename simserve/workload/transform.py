@@ -178,3 +178,14 @@ def zero_outputs(w: Workload, mode: str = "error") -> Workload:
                                "token")
     return dataclasses.replace(w, output_tokens=np.where(zero, 1, out).astype(np.int64),
                                meta={**w.meta, "num_zero_output": int(zero.sum())})
+
+
+def with_max_concurrency(w: Workload, max_concurrency: int | None) -> Workload:
+    """`w` replayed as a closed loop of at most `max_concurrency` requests in flight (None
+    keeps `w`'s own); a bad value is a ConfigError."""
+    if max_concurrency is None:
+        return w
+    try:
+        return dataclasses.replace(w, max_concurrency=max_concurrency)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

@@ -5,14 +5,13 @@ simserve would *make* requests (trace, rates, arrival, lengths) and are refused,
 ignored: the Workload's requests and arrival times are its own."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
 from simserve.errors import ConfigError
 from simserve.workload.spec import Workload
-from simserve.workload.transform import first_n, tile
+from simserve.workload.transform import first_n, tile, with_max_concurrency
 
 HONOURED = ("num_requests", "start", "tile", "max_concurrency")
 NEUTRAL = ("seed", "seeds")  # a point's seed: the policy's randomness, not the requests'
@@ -37,12 +36,7 @@ def apply_options(w: Workload, *, num_requests: int | None = None, start: int = 
     w = tile(w, tiles)
     if start or num_requests is not None:
         w = first_n(w, w.num_requests - start if num_requests is None else num_requests, start)
-    if max_concurrency is not None:
-        try:
-            w = dataclasses.replace(w, max_concurrency=max_concurrency)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    return w
+    return with_max_concurrency(w, max_concurrency)
 
 
 def mean_rate(w: Workload) -> float:

@@ -115,12 +115,13 @@ def schedule_iteration(pending: Sequence[PendingPrefill], ranks: Sequence[RankSt
                        est: ConfluxEstimator, tau: float, now_s: float, *,
                        admission: str = "moore_hodgson", quantum: int = DEFAULT_QUANTUM,
                        eta: float = DEFAULT_ETA, headroom: float = DEFAULT_HEADROOM,
-                       block_size: int = 16) -> IterationPlan:
+                       block_size: int = 16, place=None) -> IterationPlan:
     """Alg. 1: order the pending prefills, then give each a TBT-safe chunk until the budget is
     used up or a finishing chunk finds no decode rank (that chunk is dropped and scheduling
     stops). A finishing request's KV (context + chunk tokens) is reserved on its decode rank in a
     tentative copy of the rank state, so later placements in the same iteration see it; the
-    dispatch itself only sees this iteration's decodes."""
+    dispatch itself only sees this iteration's decodes. `place`: a placement rule with
+    `placement.place_on`'s signature (None: `placement.place_decode`, Alg. 3)."""
     if admission not in ADMISSION:
         raise ConfigError(f"schedule_iteration: admission: expected one of {sorted(ADMISSION)}, "
                           f"got {admission!r}")
@@ -142,7 +143,11 @@ def schedule_iteration(pending: Sequence[PendingPrefill], ranks: Sequence[RankSt
         finishes = ell == p.remaining_tokens
         if finishes:
             total = p.context_tokens + p.remaining_tokens
-            g = place_decode(kv_blocks(total, block_size), tentative, eta, headroom)
+            need = kv_blocks(total, block_size)
+            g = place_decode(need, tentative, eta, headroom) if place is None else place(
+                need, [s.decode_ctx_tokens for s in tentative],
+                [s.kv_used_blocks for s in tentative], [s.kv_total_blocks for s in tentative],
+                eta, headroom)
             if g is None:
                 break
             s = tentative[g]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from simserve.policies.conflux.dispatch import DEFAULT_QUANTUM
 from simserve.policies.conflux.fit import DECODE_MODES
-from simserve.policies.conflux.placement import DEFAULT_ETA, DEFAULT_HEADROOM
+from simserve.policies.conflux.placement import DEFAULT_ETA, DEFAULT_HEADROOM, PLACEMENTS
 
 SCHEDULERS = ("slo", "fcfs")
 # Dispatch headroom: prefill is dispatched so that the *estimated* iteration stays within
@@ -92,6 +92,15 @@ class ConfluxConfig:
     # CUDA-graph replay, longer ones as eager launches; False: all eager
     cuda_graphs: bool = True
     leap: bool = True                # exact event leaping over decode-only stretches
+    # -- mechanisms (each on by default; `simserve explain` switches them off one at a time) -----
+    # Conflux Parallelism's sequence-parallel prefill (§5): False runs each instance as one
+    # logical rank of TP num_gpus/instances (no SP; the scheduler unchanged), `tp` is ignored
+    sequence_parallel: bool = True
+    # waterfill dispatch (Alg. 2): False splits each chunk evenly over the ranks (Fig. 15a)
+    waterfill: bool = True
+    # decode placement (Alg. 3): "dual-mode" (worst-fit below η, best-fit above); "first-fit"
+    # (the lowest-index rank with room: blind to decode load, the what-if of Fig. 15b)
+    placement: str = "dual-mode"
 
     def validate(self) -> None:
         for name in ("instances", "tp", "quantum", "block_size", "max_tokens_per_rank"):
@@ -101,6 +110,12 @@ class ConfluxConfig:
         v = self.num_gpu_blocks_override
         if v is not None and (not isinstance(v, int) or v < 1):
             raise ValueError(f"num_gpu_blocks_override: expected a positive integer, got {v!r}")
+        for name in ("overlap", "sequence_parallel", "waterfill"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement: expected one of {', '.join(PLACEMENTS)}, "
+                             f"got {self.placement!r}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: expected one of {', '.join(SCHEDULERS)}, "
                              f"got {self.scheduler!r}")

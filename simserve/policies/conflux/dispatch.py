@@ -417,3 +417,45 @@ def dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | N
     if report is not None and ell:
         report["estimate"] = s.time(level)
     return ell, s.fill(ell, level)
+
+
+def even_split(tokens: int, num_ranks: int) -> tuple[int, ...]:
+    """`tokens` spread evenly over the ranks, the remainder one each to the lowest indices."""
+    q, r = divmod(tokens, num_ranks)
+    return tuple(q + 1 if i < r else q for i in range(num_ranks))
+
+
+def even_dispatch_on(tau: float, est: ConfluxEstimator, nd: list[int], t_d: float | None,
+                     Ap: list[int], candidate, quantum: int, work: float, max_level: int,
+                     report: dict | None = None) -> tuple[int, tuple[int, ...]]:
+    """Even dispatch (`waterfill: false`, Fig. 15a's comparison): the candidate's chunk is split
+    evenly over the ranks whatever their decode load; its length is the largest multiple of
+    R·quantum (or all of m_i) whose estimate stays within τ with no rank's tokens above
+    `max_level`. (ℓ_i, A_i) as `dispatch_on` returns them."""
+    R = len(nd)
+    m, c = candidate.remaining_tokens, candidate.context_tokens
+    top = max(a + d for a, d in zip(Ap, nd))
+    cap = min(m, R * max(0, max_level - top))
+
+    def time(ell: int) -> float:
+        n_p = [a + e for a, e in zip(Ap, even_split(ell, R))]
+        return est.combine(max(p + d for p, d in zip(n_p, nd)), max(n_p),
+                           work + prefill_work(ell, c), R, t_d)
+
+    step = R * quantum
+    if cap > 0 and time(cap) <= tau:
+        ell = cap
+    else:
+        lo, hi = 0, -(-cap // step)        # multiples k·step, k < hi (hi·step ≥ cap fails)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if time(mid * step) <= tau:
+                lo = mid
+            else:
+                hi = mid
+        ell = lo * step
+    if ell == 0:
+        return 0, (0,) * R
+    if report is not None:
+        report["estimate"] = time(ell)
+    return ell, even_split(ell, R)

@@ -14,6 +14,7 @@ from simserve.policies.conflux.admission import PendingPrefill
 from simserve.policies.conflux.dispatch import RankState
 from simserve.policies.conflux.kv_moves import KvMoves
 from simserve.policies.conflux.leap import FEW_DECODES, leap_instance
+from simserve.policies.conflux.placement import place_on
 from simserve.policies.conflux.plan import plan_prefills
 from simserve.policies.sp_leap import flat_decodes
 from simserve.policies.sp_ranks import SpRanksEngine
@@ -24,6 +25,9 @@ _FEW = 8  # pending prompts read one by one (more: gathered with numpy)
 
 class XpInstance(SpRanksEngine):
     margin = 0.0  # dispatch headroom (ConfluxConfig.tbt_margin, resolved by the policy)
+    # the decode placement rule, `placement.place_on`'s signature (`placement.PLACEMENTS`):
+    # the one place the plan reads it from; the policy sets it from `placement:`
+    placement = staticmethod(place_on)
     tracker = None  # tracking.EstimatorTracker: estimate vs actual of prefill iterations
 
     def __init__(self, *args, **kwargs):
@@ -55,7 +59,10 @@ class XpInstance(SpRanksEngine):
         if self.tracker is None or self.index != 0:
             return {}
         return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
-                    conflux_alpha=self.est.alpha, conflux_beta=self.est.beta)
+                    conflux_alpha=self.est.alpha, conflux_beta=self.est.beta,
+                    conflux_num_ranks=self.R,
+                    conflux_num_kv_transfers=self.counts["num_kv_transfers"],
+                    conflux_num_admission_rejections=self._report.get("rejected", 0))
 
     def _leap(self) -> int:
         return leap_instance(self)
@@ -309,7 +316,7 @@ class XpInstance(SpRanksEngine):
             quantum=cfg.quantum, eta=cfg.eta, headroom=cfg.headroom, block_size=cfg.block_size,
             max_level=cfg.max_tokens_per_rank, margin=self.margin, hints=self._hints,
             decode=(nd, self.est.decode_path(nd, dctx, rmax)),   # dispatch.decode_state's
-            report=self._report)
+            report=self._report, place=self.placement, waterfill=cfg.waterfill)
         return chunks
 
 

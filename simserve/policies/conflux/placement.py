@@ -59,3 +59,20 @@ def place_on(i_kv_blocks: int, ctx: Sequence[int], used: Sequence[int], total: S
         elif low is None and (fit is None or util > fit_util):  # best-fit: most KV in use
             fit, fit_util = r, util
     return low if low is not None else fit
+
+
+def first_fit_on(i_kv_blocks: int, ctx: Sequence[int], used: Sequence[int],
+                 total: Sequence[int], eta: float, headroom: float) -> int | None:
+    """A placement blind to decode load (what `placement: first-fit` runs, the what-if that
+    measures dual-mode placement): the lowest-index rank where the KV fits with the
+    headroom kept; `eta` is not used."""
+    lim = 1.0 - headroom
+    for r, (u, n) in enumerate(zip(used, total)):
+        if u + i_kv_blocks <= lim * n:
+            return r
+    return None
+
+
+# `placement:` option -> the rule, with `place_on`'s signature: (KV blocks of the request,
+# Σ decode context / KV blocks in use / pool size per rank, η, h) -> rank index or None
+PLACEMENTS = {"dual-mode": place_on, "first-fit": first_fit_on}

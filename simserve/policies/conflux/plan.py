@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from simserve.policies.conflux.admission import ADMISSION, PendingPrefill
-from simserve.policies.conflux.dispatch import RankState, decode_state, dispatch_on
+from simserve.policies.conflux.dispatch import (RankState, decode_state, dispatch_on,
+                                               even_dispatch_on)
 from simserve.policies.conflux.estimator import ConfluxEstimator, prefill_work
 from simserve.policies.conflux.placement import place_on
 from simserve.policies.sp_ranks import blocks_for, shard_blocks
@@ -33,8 +34,8 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
                   est: ConfluxEstimator, tau: float, now_s: float, *, admission: str,
                   quantum: int, eta: float, headroom: float, block_size: int,
                   max_level: int, margin: float = 0.0, hints: dict | None = None,
-                  decode: tuple | None = None, report: dict | None = None
-                  ) -> tuple[int, list[Chunk]]:
+                  decode: tuple | None = None, report: dict | None = None,
+                  place=place_on, waterfill: bool = True) -> tuple[int, list[Chunk]]:
     """(B0, accepted chunks in scheduling order; B0 None where admission did not need it).
     `needs_decode[k]`: pending[k] decodes after its first (next) token; `held_shard[k]`: shard
     blocks it already holds per rank; `free`: free blocks per rank after this iteration's
@@ -42,7 +43,9 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     caller has it (`ranks` is then read only to place a decode); `report`: receives under
     "estimate" the estimator's time of the planned iteration (`est.iteration_time` of the
     chunks: the last accepted dispatch's, `dispatch_on`). Dispatch keeps the estimate within
-    τ·(1 − margin); admission counts iterations of τ (Alg. 4)."""
+    τ·(1 − margin); admission counts iterations of τ (Alg. 4). `place`: the decode placement
+    rule (`placement.PLACEMENTS`, `place_on`'s signature); `waterfill` False: each chunk is
+    split evenly over the ranks (`dispatch.even_dispatch_on`)."""
     R = len(ranks)
     ap = [0] * R
     tau_d = tau * (1.0 - margin)
@@ -58,6 +61,8 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             b0 = dispatch_on(tau_d, est, nd, t_d, ap, None, quantum, 0, max_level, hints)
         admitted, rejected = ADMISSION[admission](pending, b0 or 0, now_s, tau)
         order = admitted + rejected
+        if report is not None and rejected:
+            report["rejected"] = report.get("rejected", 0) + len(rejected)
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
     cols = None  # the ranks' placement columns with this iteration's placements, once one is made
@@ -67,8 +72,12 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
     for p in order:
         # the prompt is its own candidate (a Candidate's two fields, by the same names)
         # after the first chunk, a prompt that gets no token is seen from one estimate
-        ell, per = dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level, hints,
-                               only_if_room=bool(out), report=seen)
+        if waterfill:
+            ell, per = dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level, hints,
+                                   only_if_room=bool(out), report=seen)
+        else:
+            ell, per = even_dispatch_on(tau_d, est, nd, t_d, ap, p, quantum, work, max_level,
+                                        report=seen)
         if ell == 0:
             break  # TBT-safe budget used up
         k = index[p.req_id]
@@ -86,7 +95,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
             if cols is None:
                 cols = placement_columns(ranks)
             ctx, used, total_blocks = cols
-            g = place_on(full - held_shard[k], ctx, used, total_blocks, eta, headroom)
+            g = place(full - held_shard[k], ctx, used, total_blocks, eta, headroom)
             if g is None or free[g] < new + dest:
                 break  # no feasible decode host: drop this chunk and stop (Alg. 1 line 11)
             ctx[g] += total     # what place_decode reads of the rank's tentative RankState

@@ -13,6 +13,7 @@ from simserve.policies import register
 from simserve.policies.base import Deployment, deploy, executed, fitted_model, kv_blocks
 from simserve.policies.conflux.config import ConfluxConfig
 from simserve.policies.conflux.engine import XpInstance
+from simserve.policies.conflux.placement import PLACEMENTS
 from simserve.policies.conflux.fit import calibrate_margin, fit_from_cost, fit_paper
 from simserve.policies.conflux.tracking import EstimatorTracker
 from simserve.policies.sp_ranks import check_fits, instance_layout
@@ -33,6 +34,8 @@ def contention(cfg: ConfluxConfig, gpu) -> tuple[float, float]:
 @register("conflux", ConfluxConfig)
 def build(ctx: SimContext, cfg: ConfluxConfig) -> Deployment:
     hw, model = ctx.hardware, ctx.model
+    if not cfg.sequence_parallel:    # one logical rank per instance: TP over its GPUs
+        cfg = dataclasses.replace(cfg, tp=max(1, hw.num_gpus // cfg.instances))
     R = instance_layout(hw.num_gpus, cfg.instances, cfg.tp, "conflux")
     alpha, beta = contention(cfg, hw.gpu)
     make = lambda: SpCostModel(model, hw.gpu, hw.nvlink, R, cfg.tp, alpha, beta,  # noqa: E731
@@ -64,8 +67,10 @@ def build(ctx: SimContext, cfg: ConfluxConfig) -> Deployment:
     counters = {"num_kv_transfers": 0, "num_decode_preemptions": 0,
                 "ranks_per_instance": R, "tbt_margin": margin}
     tracker = EstimatorTracker(cfg.tbt_ms * 1e-3)  # shared: instance 0 reports it
+    place = PLACEMENTS[cfg.placement]
     for x in xs:
         x.margin = margin
+        x.placement = place
         x.counts = counters
         x.tracker = tracker
     estimator = {k: getattr(est, k) for k in

@@ -61,6 +61,19 @@ class DualPaceConfig:
     # exact event leaping: decode-only GPU rounds leapt, assists and Prefill-to-CPU copies worked
     # out in closed form when nothing can interfere; False steps every event (the reference)
     leap: bool = True
+    # -- mechanisms (each on by default; `simserve explain` switches them off one at a time) -----
+    # Dense Assist (§4.2): False routes every CPU batch Full-CPU ((P, F) = (C + 1, C): no
+    # assist can happen, so the GPU runs whole forward passes without stage-boundary polls)
+    dense_assist: bool = True
+    # decoupled scheduling (§4.1): False puts an iteration barrier between the engines, as a
+    # GPU-gated design has: a CPU batch starts only with a GPU round (or while the GPU engine
+    # is idle), and a GPU round waits for the CPU batch in flight; event leaping is off then
+    decoupled: bool = True
+    # Prefill-to-CPU (App. A.1 step 5): False admits a prompt only where its KV fits HBM
+    prefill_to_cpu: bool = True
+    # the profile-guided GPU batched-token limit (§4.3); False uses `hard_token_limit` (vLLM
+    # 0.22.1's API-server budget) for every round instead (`gpu_token_limit` is then ignored)
+    profiled_token_limit: bool = True
 
     def validate(self) -> None:
         def pos_int(name, allow_none=True):
@@ -76,8 +89,9 @@ class DualPaceConfig:
         pos_int("tp")
         for n in ("cpu_tp", "hard_token_limit", "block_size"):
             pos_int(n, allow_none=False)
-        if not isinstance(self.leap, bool):
-            raise ValueError(f"leap: expected true or false, got {self.leap!r}")
+        for n in ("leap", "dense_assist", "decoupled", "prefill_to_cpu", "profiled_token_limit"):
+            if not isinstance(getattr(self, n), bool):
+                raise ValueError(f"{n}: expected true or false, got {getattr(self, n)!r}")
         if not (isinstance(self.host_kv_gib, (int, float)) and self.host_kv_gib > 0):
             raise ValueError(f"host_kv_gib: expected a positive number, got {self.host_kv_gib!r}")
         if not (0 < self.gpu_memory_utilization <= 1):

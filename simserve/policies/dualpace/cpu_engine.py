@@ -32,6 +32,8 @@ class CpuEngine(EngineBase):
         self.num_tokens = 0                 # tokens decoded on the CPU
         self.busy_s = 0.0
         self.in_batch = False               # running a batch (`ex` knows where it stands)
+        self.gpu = None                     # the GPU engine (set by build): the barrier
+        self.batch_end = None               # an event while a batch runs (coupled only)
 
     def counters(self) -> dict:
         """The CPU tier's mechanism counts: batches, tokens decoded here, busy time, batches
@@ -115,7 +117,11 @@ class CpuEngine(EngineBase):
     def run(self):
         env, st, t = self.ctx.env, self.st, self.ctx.table
         bs = st.host_pool.block_size
+        gpu = self.gpu if self.gpu is not None and self.gpu.coupled else None
         while True:
+            if gpu is not None and gpu.in_round and gpu.round_start < env.now:
+                yield gpu.round_end     # the barrier: start only with a GPU round
+                continue
             sel = self._select()
             if self.gpu_poke is not None:
                 self.gpu_poke()
@@ -137,8 +143,12 @@ class CpuEngine(EngineBase):
             ctx_sum = int(_sum(ctx))
             t0 = env.now
             self.in_batch = True
+            if gpu is not None:
+                self.batch_end = env.event()
             yield env.process(self.ex.run(len(ids), ctx_sum))
             self.in_batch = False
+            if gpu is not None:
+                self.batch_end.succeed()
             self.busy_s += env.now - t0
             self.num_batches += 1
             if self.ctx.recorder.trace is not None:
@@ -164,3 +174,5 @@ class CpuEngine(EngineBase):
                                      len(st.cpu_waiting), st.host_pool.num_used, t.num_emitted)
             if self.gpu_poke is not None:
                 self.gpu_poke()
+            if gpu is not None:
+                yield env.timeout(0)    # let a GPU round waiting on this batch start first

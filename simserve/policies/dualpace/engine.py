@@ -14,6 +14,7 @@ from simserve.policies.dualpace.assist import CpuBatchExecutor, fit_thresholds
 from simserve.policies.dualpace.config import DualPaceConfig
 from simserve.policies.dualpace.cpu_engine import CpuEngine
 from simserve.policies.dualpace.gpu_engine import GpuEngine
+from simserve.policies.dualpace.gpu_schedule import fifo_placement, fifo_swap_in
 from simserve.policies.dualpace.gpu_worker import GpuWorker
 from simserve.policies.dualpace.state import SharedState
 from simserve.sim.kv import BlockPool
@@ -36,12 +37,15 @@ def resolve(ctx, cfg: DualPaceConfig) -> dict:
                                                  table_tokens=max(cfg.hard_token_limit,
                                                                   max_seqs)), "policy.tp")
     ccost = CpuCostModel(m, hw.cpu, hw.cpu_cores, cfg.cpu_tp)
-    token_limit = cfg.gpu_token_limit or controls.gpu_token_limit_from(hw.gpu, m, tp)
+    token_limit = (cfg.gpu_token_limit or controls.gpu_token_limit_from(hw.gpu, m, tp)) \
+        if cfg.profiled_token_limit else cfg.hard_token_limit
     C = cfg.cpu_batch_limit or controls.cpu_batch_limit_from(
         hw.cpu.cpu_ops(m.name, hw.cpu_cores // cfg.cpu_tp))
     host_us = controls.assist_host_us(hw.gpu.name) if cfg.assist_host_us is None \
         else cfg.assist_host_us
-    if cfg.assist_p is None:
+    if not cfg.dense_assist:        # Full-CPU for every batch up to C: no assist ever
+        P, F = C + 1, C
+    elif cfg.assist_p is None:
         P, F = fit_thresholds(ccost, hw.gpu, m, tp, hw.pcie, token_limit, host_us,
                               cfg.assist_eps, cfg.assist_lambda)
     else:
@@ -64,6 +68,14 @@ def resolve(ctx, cfg: DualPaceConfig) -> dict:
 
 @register("dualpace", DualPaceConfig)
 def build(ctx, cfg: DualPaceConfig) -> Deployment:
+    return build_dualpace(ctx, cfg)
+
+
+def build_dualpace(ctx, cfg: DualPaceConfig, *, placement=fifo_placement,
+                   swap_in=fifo_swap_in) -> Deployment:
+    """DualPace's deployment with the GPU round's placement and swap-in rules given
+    (`gpu_schedule`'s hooks; the defaults are the paper's): a variant registers its own
+    policy whose build calls this with its rules."""
     r = resolve(ctx, cfg)
     env, cl = ctx.env, ctx.cluster
     gpu_pool = BlockPool("dualpace.gpu_kv", r["num_gpu_blocks"], cfg.block_size)
@@ -78,10 +90,12 @@ def build(ctx, cfg: DualPaceConfig) -> Deployment:
                           r["assist_f"])
     gpu = GpuEngine(ctx, cfg, st, worker, r["gpu_cost"], max_seqs=r["max_num_seqs"],
                     token_limit=r["gpu_token_limit"], hard_limit=cfg.hard_token_limit,
-                    staging_tokens=r["staging_tokens"], poll_s=cfg.boundary_poll_us * 1e-6, tp=r["tp"])
+                    staging_tokens=r["staging_tokens"], poll_s=cfg.boundary_poll_us * 1e-6, tp=r["tp"],
+                    placement=placement, swap_in=swap_in)
     cpu = CpuEngine(ctx, st, ex, r["cpu_batch_limit"], cfg.hard_token_limit)
     cpu.gpu_poke = gpu.poke
     gpu.cpu = cpu
+    cpu.gpu = gpu
 
     def fits() -> None:
         if t.n and int(st.peak.max()) > gpu_pool.num_blocks + host_pool.num_blocks:

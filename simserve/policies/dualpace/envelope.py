@@ -86,7 +86,8 @@ def admit_prefills(prompt_blocks: Sequence[int], peak_blocks: Sequence[int], *,
                    cpu_used: int, cpu_planned: int, cpu_growth: int, cpu_capacity: int,
                    prompt_tokens: Sequence[int] | None = None, max_rows: int | None = None,
                    max_tokens: int | None = None, max_cpu_admits: int | None = None,
-                   reserve_cpu_growth: bool = False) -> PrefillPlacement:
+                   reserve_cpu_growth: bool = False,
+                   cpu_from: int | None = None) -> PrefillPlacement:
     """App. A.1 step 5: walk the FIFO of prefill candidates.
 
     Candidate i needs `prompt_blocks[i]` blocks of persistent KV after its prefill and may
@@ -101,7 +102,8 @@ def admit_prefills(prompt_blocks: Sequence[int], peak_blocks: Sequence[int], *,
     Once one goes to the CPU every later one must go to the CPU (order preservation). The walk
     stops at the first candidate that fits neither, or at the row limit, the batched-token
     limit (a soft cap: the first prompt is always allowed, policies.md §10) or the host
-    decode-admission limit `max_cpu_admits`."""
+    decode-admission limit `max_cpu_admits` (0: no Prefill-to-CPU). `cpu_from`: candidates
+    from this index on may not go to the GPU (a placement rule that sends them to the CPU)."""
     if len(prompt_blocks) != len(peak_blocks):
         raise ValueError("prompt_blocks and peak_blocks must have one entry per candidate")
     out = PrefillPlacement(gpu_queue_peaks=list(map(int, gpu_queue_peaks)),
@@ -121,7 +123,7 @@ def admit_prefills(prompt_blocks: Sequence[int], peak_blocks: Sequence[int], *,
             out.stop = "tokens"
             return out
         placed = False
-        if num_cpu == 0 and blk <= out.gpu_free:
+        if num_cpu == 0 and blk <= out.gpu_free and (cpu_from is None or i < cpu_from):
             out.gpu_queue_peaks.append(peak)          # Q_G with it (taken back if not)
             mig = migration_blocks_of(out.gpu_queue_peaks, q_sum + peak, gpu_capacity)
             if not fits(cpu_used, out.planned, out.growth, mig, cpu_capacity):

@@ -2,7 +2,8 @@
 
 Each round: (1) wait for the previous Prefill-to-CPU copy group to drain (copies retire
 themselves: a request becomes CPU-ready only after its last layer's copy); (2–6) plan
-(`gpu_schedule.plan_round`); (7) commit — swap-outs allocate the host destination, copy the
+(`gpu_schedule.RoundPlanner`, with the placement and swap-in rules it was built with);
+(7) commit — swap-outs allocate the host destination, copy the
 KV D2H over PCIe, then release HBM; swap-ins allocate HBM, copy H2D, then release the host;
 both finish before the forward pass — then run at most one GPU-main batch on the `GpuWorker`
 and apply its tokens. Prefill-to-CPU KV is copied layer by layer as each layer finishes.
@@ -17,7 +18,7 @@ from simserve.cost import BatchShape
 from simserve.policies.base import EngineBase
 from simserve.policies.dualpace.copies import CopyStream
 from simserve.policies.dualpace.gpu_leap import plan_leap
-from simserve.policies.dualpace.gpu_schedule import plan_round
+from simserve.policies.dualpace.gpu_schedule import RoundPlanner, fifo_placement, fifo_swap_in
 from simserve.policies.dualpace.gpu_worker import MainRun
 from simserve.policies.dualpace.state import CPU, GPU, MIGRATING, NONE, SharedState
 from simserve.sim.clock import at
@@ -32,7 +33,7 @@ class GpuEngine(EngineBase):
 
     def __init__(self, ctx, cfg, st: SharedState, worker, cost, *, max_seqs: int,
                  token_limit: int, hard_limit: int, staging_tokens: int, poll_s: float,
-                 tp: int = 1):
+                 tp: int = 1, placement=fifo_placement, swap_in=fifo_swap_in):
         self.ctx, self.cfg, self.st, self.worker, self.cost = ctx, cfg, st, worker, cost
         self.pool = st.gpu_pool
         self.max_seqs, self.token_limit, self.hard_limit = max_seqs, token_limit, hard_limit
@@ -48,7 +49,7 @@ class GpuEngine(EngineBase):
         self._wake = None
         self.cpu = None                 # the CPU engine (set by build): a leap asks it
         self.counts = dict(swap_out=0, swap_in=0, prefill_to_gpu=0, prefill_to_cpu=0, marks=0,
-                           migration_only_rounds=0, rounds=0)
+                           migration_only_rounds=0, rounds=0, token_limited_rounds=0)
         self.p2c_copy_bytes = 0
         # how much was worked out in closed form (leaps, assists in them, copies)
         self.leap_counts = dict(leaps=0, rounds=0, assists=0, assists_after=0,
@@ -56,6 +57,12 @@ class GpuEngine(EngineBase):
         self._dc = None
         self._round_hint = 0.0    # a recent leapt round's length (how many to price at once)
         self._lm_s: dict = {}
+        self.planner = RoundPlanner(self, placement, swap_in)
+        # without decoupled scheduling: an iteration barrier with the CPU engine (`_barrier`)
+        self.coupled = not cfg.decoupled
+        self.in_round = False
+        self.round_start = -1.0
+        self.round_end = None       # an event while a round is in flight (coupled only)
 
     def enqueue(self, rid: int) -> None:
         self.st.owner[rid] = GPU
@@ -69,6 +76,7 @@ class GpuEngine(EngineBase):
                 "num_prefill_to_cpu": c["prefill_to_cpu"], "num_swap_out": c["swap_out"],
                 "num_swap_in": c["swap_in"], "num_swap_in_marks": c["marks"],
                 "num_migration_only_rounds": c["migration_only_rounds"],
+                "num_token_limited_rounds": c["token_limited_rounds"],
                 "num_dense_assist_calls": self.worker.num_assists,
                 "num_gpu_blocks": self.pool.num_blocks,
                 "gpu_kv_peak_blocks": self.pool.peak_used}
@@ -84,11 +92,14 @@ class GpuEngine(EngineBase):
             if self.copy_done is not None:                      # step 1
                 yield self.copy_done
                 self.copy_done = None
-            plan = plan_round(self)
+            plan = self.planner.plan_round()
             if plan.empty:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
+                continue
+            if self.coupled:
+                yield from self._coupled_round(plan)
                 continue
             self.counts["rounds"] += 1
             if self.cfg.leap:
@@ -107,6 +118,26 @@ class GpuEngine(EngineBase):
             elif plan.migration_only:
                 self.counts["migration_only_rounds"] += 1
             self.st.poke_cpu()
+
+    def _coupled_round(self, plan):
+        """One round behind the iteration barrier (decoupled scheduling off): wait for the CPU
+        batch in flight, then run the round; the CPU engine starts its next batch with it."""
+        env, cpu = self.ctx.env, self.cpu
+        if cpu.in_batch:
+            yield cpu.batch_end
+            return                       # re-plan: the CPU batch changed what fits
+        self.counts["rounds"] += 1
+        self.in_round, self.round_start = True, env.now
+        self.round_end = env.event()
+        self.st.poke_cpu()               # the CPU engine may start its batch now, with us
+        yield from self._commit(plan)
+        if plan.has_forward:
+            yield from self._forward(plan)
+        elif plan.migration_only:
+            self.counts["migration_only_rounds"] += 1
+        self.in_round = False
+        self.round_end.succeed()
+        self.st.poke_cpu()
 
     # -- step 7: commit migrations and admissions ------------------------------------------
     def _commit(self, plan):
