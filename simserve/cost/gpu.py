@@ -258,10 +258,11 @@ class GpuCostModel:
         """One async engine-core loop iteration around a step with prefill chunks (µs):
         schedule it, prepare and launch it (piecewise CUDA graphs within the capture sizes,
         eager beyond: per layer), process the previous step's output. Decode-only steps
-        replay one full graph and stay within the fitted per-step host work."""
+        replay one full graph and stay within the fitted per-step host work; eager steps are
+        not bounded (GPU-bound)."""
         calls = self.loop_calls or {}
-        c = calls.get("piecewise" if num_tokens <= self.loop_graph_max else "eager")
-        if c is None:
+        c = calls.get("piecewise") if num_tokens <= self.loop_graph_max else None
+        if c is None:  # an eager step is GPU-bound: its launch delays the previous output
             return 0.0
         return (float(c["schedule_us"]) + float(c["update_us"])
                 + float(c["launch_us_per_layer"]) * self.num_layers)

@@ -12,7 +12,7 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
         frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
-        host_calls: {piecewise: {schedule_us, launch_us_per_layer, update_us}}
+        host_calls: {full|piecewise|eager: {schedule_us, launch_us_per_layer, update_us}}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
@@ -47,9 +47,11 @@ class EngineHost:
     frontend: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
     capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
-    # the async engine-core loop's host calls by how a step runs ("piecewise": a mixed batch
-    # within the capture sizes, "eager": beyond them): {mode: {schedule_us, launch_us_per_layer,
-    # update_us}}; a host-bound loop cannot step faster than their sum (a mode left out: no bound)
+    # the async engine-core loop's host calls by how a step runs ("full": one CUDA graph,
+    # decode only; "piecewise": a mixed batch within the capture sizes; "eager": beyond them):
+    # {mode: {schedule_us, launch_us_per_layer, update_us}}. With all three the vLLM-family
+    # runtime replays the loop (`policies/vllm_loop.py`); other engines take the piecewise sum
+    # as a mixed step's lower bound
     host_calls: dict | None = None
 
     @property

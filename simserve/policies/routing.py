@@ -116,19 +116,21 @@ class _Sent:
     prompts' blocks) the router sent it at the current instant. A replica with an API-server
     front end counts a request only once the front end hands it on, so without this every
     arrival of a same-instant burst (a trace's equal timestamps) would see the same loads and
-    go to the same replica."""
+    go to the same replica. A replica whose `load()` counts its front end already
+    (`counts_front_end`, the vLLM-family runtime) gets no such count."""
 
-    __slots__ = ("at", "env", "num", "prompt", "replica", "tokens")
+    __slots__ = ("at", "env", "lags", "num", "prompt", "replica", "tokens")
 
     def __init__(self, replica, env, prompt=None):
         self.replica, self.env, self.prompt = replica, env, prompt
         self.at, self.num, self.tokens = -1.0, 0, 0
+        self.lags = not getattr(replica, "counts_front_end", False)
 
     def _now(self) -> bool:
         return self.env.now == self.at
 
     def load(self) -> int:
-        return self.replica.load() + (self.num if self._now() else 0)
+        return self.replica.load() + (self.num if self.lags and self._now() else 0)
 
     def kv_share(self) -> tuple:
         pool = self.replica.kv_pools()[0]

@@ -26,6 +26,7 @@ from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.vllm_intake import Intake
 from simserve.policies.vllm_kv import KvBook
 from simserve.policies.vllm_leaper import Leaper
+from simserve.policies.vllm_loop import EngineLoop, loop_calls
 from simserve.policies.vllm_scheduler import ChunkedScheduler, leaps
 from simserve.sim.clock import at
 from simserve.sim.context import SimContext
@@ -98,14 +99,24 @@ class ChunkedEngine(EngineBase):
         self.prefill_tokens = 0  # prompt (and recomputed) tokens computed, prefix hits excluded
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
         host = self._host(cfg, hw)
+        calls = loop_calls(host) if cfg.cuda_graphs else None
+        # with the engine-core loop its host calls time the steps, not a bound on each
+        step_host = dataclasses.replace(host, host_calls=None) if calls else host
         self.cost = cost_model(ctx, lambda: GpuCostModel(
             ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
             table_tokens=max(self.budget, self.max_seqs), mixed_attention=cfg.mixed_attention,
-            graph_max_tokens=cfg.graph_max_tokens, host=host), f"policy {self.kind}")
+            graph_max_tokens=cfg.graph_max_tokens, host=step_host), f"policy {self.kind}")
         # the API-server front end (admission and token delivery contend for one CPU)
         self.intake = Intake(ctx, self, host.make_frontend() if host is not None else None,
                              host is not None and not host.ideal and host.async_scheduling)
         self.leaper = Leaper(self)
+        # vLLM's async engine-core loop (`vllm_loop.py`), where its host calls were measured
+        self.loop = None
+        if calls and self.intake.async_:
+            fe = self.intake.frontend
+            self.loop = self.intake.loop = EngineLoop(
+                ctx.table, calls, max(host.capture_sizes) if host.capture_sizes else 512,
+                ctx.model.num_layers, fe.out_s + fe.out_delay_s if fe is not None else 0.0)
         self.leap = leaps(scheduler, cfg.leap)
         self.running: list[int] = []
         self.waiting = scheduler.waiting_queue(ctx.table)
@@ -125,9 +136,13 @@ class ChunkedEngine(EngineBase):
         return host
 
     # -- the router's interface ---------------------------------------------------------
+    counts_front_end = True  # `load()` counts requests still in the front end
+
     def load(self) -> int:
-        """Requests held now: a pending leap's finishes count from their step's end."""
-        n = len(self.running) + len(self.waiting)
+        """Requests held now, those still in the API server's front end included (a burst
+        at one instant spreads over the replicas); a pending leap's finishes count from
+        their step's end."""
+        n = len(self.running) + len(self.waiting) + self.intake.num_in_frontend()
         p = self.leaper.pending
         if p is not None and len(p.starts) > 1:
             n -= p.finished_before(self.ctx.env.now)
@@ -187,12 +202,29 @@ class ChunkedEngine(EngineBase):
                 yield self._wake
                 self._wake = None
                 self.clock = max(self.clock, env.now)
+                if self.loop is not None:
+                    self.loop.idle(env.now)
                 continue
-            if self.leap and self.leaper.start():
+            loop, leap = self.loop, self.leap
+            if loop is not None:
+                start = loop.decode_start(self.clock)
+                # a step the host holds back (after a host-bound prefill step) is stepped:
+                # a leap takes arrivals during its first step as arriving in flight
+                leap = leap and start == self.clock
+                self.clock = start
+            if leap and self.leaper.start():
                 yield from self.leaper.wait()
+                if loop is not None:
+                    loop.decoded(self.intake.prev_start)
+                    loop.last = (self.leaper.last_ids, self.clock)
                 continue
             batch = self._schedule()
             shape, sample = self._shape(*batch)
+            if loop is not None:
+                if len(shape.prefill_chunks):
+                    self.clock = loop.prefill_step(shape, self.clock)
+                else:
+                    loop.decoded(self.clock)
             self._price(shape)
             yield at(env, max(self.clock, env.now))
             self._apply(batch, sample)
@@ -201,7 +233,9 @@ class ChunkedEngine(EngineBase):
         """This step's batch from the scheduler, as the engine core sees it: under async
         scheduling a step back to back with the last was scheduled when the last began."""
         intake = self.intake
-        if intake.async_:
+        if self.loop is not None:   # requests that reached the engine core before H
+            intake.cutoff = self.loop.cut
+        elif intake.async_:
             intake.cutoff = intake.step_cutoff(self.clock)
         pre = self.num_preemptions
         ids, n = self.scheduler.schedule(self)
@@ -270,6 +304,8 @@ class ChunkedEngine(EngineBase):
             t.computed[ids] += n
             out = ids[sample]
         done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+        if self.loop is not None:
+            self.loop.applied(out if type(out) is list else out.tolist(), self.clock)
         if len(done):
             self.finish(done)
         self.sample()

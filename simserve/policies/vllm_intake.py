@@ -26,6 +26,7 @@ class Intake:
         self.async_ = async_scheduling
         self.reached: dict[int, float] = {}  # rid -> when it reached the engine (async only)
         self.cutoff = INF
+        self.loop = None  # the engine-core loop (`vllm_loop.EngineLoop`) when modelled
         self.prev_start = self.prev_end = -1.0  # the last step's start and end
         self._admitting: deque[float] = deque()  # admission completions not yet reached
         self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
@@ -78,6 +79,10 @@ class Intake:
         if self.async_:
             self.reached[rid] = self.ctx.env.now
 
+    def num_in_frontend(self) -> int:
+        """Requests given to this engine that have not reached its waiting queue yet."""
+        return len(self._in_frontend) + len(self._admitting)
+
     def own_next_s(self) -> float:
         """The next time a request this engine already took can reach its waiting queue."""
         nxt = self._admitting[0] if self._admitting else INF
@@ -103,7 +108,8 @@ class Intake:
         """Will the step starting at `clock` see waiting request `head`?"""
         if not self.async_:
             return True
-        return self.reached.get(head, -1.0) <= self.step_cutoff(clock)
+        cut = self.step_cutoff(clock) if self.loop is None else self.loop.cut
+        return self.reached.get(head, -1.0) <= cut
 
     def waiting_at(self, waiting, t: float) -> int:
         """Requests waiting at t, before the queue's later arrivals."""

@@ -175,58 +175,66 @@ def real_steps(run, server_dir: str, async_scheduling: bool):
 # -- simserve's engine --------------------------------------------------------------------
 @contextmanager
 def _recording(out: list, reached: dict, eligible: dict | None):
-    """Record every batch the vLLM-family engine schedules, and when each request reaches
-    its queue, for the `with` block (class attributes restored after).
+    """Record every batch the vLLM scheduler schedules, and when each request reaches its
+    engine's waiting queue, for the `with` block (class attributes restored after). It hooks
+    the scheduler's `schedule` and `on_step_done`, and the runtime's intake (`reach`, and
+    `enqueue` when locked).
 
     With `eligible` ({simulated request: step index}) the replay is locked to the real
     steps: there is no front end, and a request joins the waiting queue just before the
     engine schedules step `eligible[r]` (the first real step scheduled after vLLM queued it),
     or at once when the engine would otherwise idle; its time of arrival plays no part."""
     from simserve.cost.host import EngineHost
-    from simserve.policies.vllm_engine import ChunkedEngine
-    sched, arrive, apply = ChunkedEngine._schedule, ChunkedEngine._arrive, ChunkedEngine._apply
+    from simserve.policies.vllm import VllmScheduler
+    from simserve.policies.vllm_intake import Intake
+    sched, done = VllmScheduler.schedule, VllmScheduler.on_step_done
+    enqueue, reach = Intake.enqueue, Intake.reach
     make_fe = EngineHost.make_frontend
     held: list = []
 
-    def release(self, upto: float) -> None:
+    def release(s, upto: float) -> None:
         while held and eligible[held[0]] <= upto:
             r = held.pop(0)
-            arrive(self, r)
-            self._reached[r] = -1.0       # seen by the step about to be scheduled
-            reached[r] = self.clock
+            s.arrive(r)
+            s.intake.reached[r] = -1.0    # seen by the step about to be scheduled
+            reached[r] = s.clock
 
-    def _schedule(self):
+    def schedule(self, s):
         if eligible is not None:
-            release(self, len(out))
-        ids, n = sched(self)
+            release(s, len(out))
+        ids, n = sched(self, s)
         if len(ids):
             il = [int(x) for x in ids]
-            t = self.ctx.table
-            out.append((self.clock, il, [int(x) for x in n], [int(t.computed[r]) for r in il]))
+            t = s.table
+            out.append((s.clock, il, [int(x) for x in n], [int(t.computed[r]) for r in il]))
         return ids, n
 
-    def _arrive(self, rid):
-        if eligible is None:
-            reached[int(rid)] = self.ctx.env.now
-            return arrive(self, rid)
+    def on_step_done(self, s, batch):
+        done(self, s, batch)
+        if eligible is not None and held and not s.running and not s.waiting:
+            release(s, eligible[held[0]])   # the real engine had steps the replay lacks
+
+    def reach_(self, rid):
+        reached[int(rid)] = self.ctx.env.now
+        return reach(self, rid)
+
+    def enqueue_(self, rid):
         held.append(int(rid))
-        if not self.running and not self.waiting:
-            release(self, float("inf") if eligible[held[0]] > len(out) else len(out))
+        s = self.engine
+        if not s.running and not s.waiting:
+            release(s, float("inf") if eligible[held[0]] > len(out) else len(out))
 
-    def _apply(self, ids, n, sample):
-        apply(self, ids, n, sample)
-        if eligible is not None and held and not self.running and not self.waiting:
-            release(self, eligible[held[0]])   # the real engine had steps the replay lacks
-
-    ChunkedEngine._schedule, ChunkedEngine._arrive = _schedule, _arrive
-    ChunkedEngine._apply = _apply
-    if eligible is not None:
+    VllmScheduler.schedule, VllmScheduler.on_step_done = schedule, on_step_done
+    if eligible is None:
+        Intake.reach = reach_
+    else:
+        Intake.enqueue = enqueue_
         EngineHost.make_frontend = lambda self: None
     try:
         yield
     finally:
-        ChunkedEngine._schedule, ChunkedEngine._arrive = sched, arrive
-        ChunkedEngine._apply = apply
+        VllmScheduler.schedule, VllmScheduler.on_step_done = sched, done
+        Intake.enqueue, Intake.reach = enqueue, reach
         EngineHost.make_frontend = make_fe
 
 

@@ -46,14 +46,24 @@ def bars(rows: list[dict], sp: dict) -> list[dict]:
     return out
 
 
+def held_groups(held: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The held-out runs by what differs from the fitted ones (` ` + name, runs)."""
+    short = [x for x in held if "-short-" in x["plan"]]
+    return [(" " + name, [x for x in held if x["server"].endswith(suffix) and x not in short])
+            for name, suffix in (("defaults", "-default"), ("async off", "-sync"),
+                                 ("prefix off", "-noprefix"), ("re-runs", "-rerun"))] + \
+        [(" short", short)]
+
+
 def summary(b: list[dict], fit: tuple) -> str:
     lines = []
+    held = [x for x in b if x["server"] not in fit]
     for name, sel in (("all", b), ("fitted", [x for x in b if x["server"] in fit]),
-                      ("held out", [x for x in b if x["server"] not in fit])):
+                      ("held out", held), *held_groups(held)):
         if not sel:
             continue
         n = len(sel)
-        lines.append(f"{name:9s} {n:3d} runs: P99 ITL ok {sum(x['ok_p99_itl_ms'] for x in sel):3d}, "
+        lines.append(f"{name:10s} {n:3d} runs: P99 ITL ok {sum(x['ok_p99_itl_ms'] for x in sel):3d}, "
                      f"mean TTFT ok {sum(x['ok_mean_ttft_ms'] for x in sel):3d}, both "
                      f"{sum(x['ok'] for x in sel):3d} ({sum(x['ok'] for x in sel) / n * 100:.0f} %); "
                      f"mean |err| P99 ITL {sum(abs(x['p99_itl_ms']) for x in sel) / n:.1f} %, "

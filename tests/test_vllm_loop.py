@@ -1,0 +1,47 @@
+"""vLLM's async engine-core loop in the runtime (`policies/vllm_loop.py`): the step before one
+with prefill chunks sends its tokens only after that step's launch, the loop only runs under
+async scheduling on a profile that measured its host calls."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simserve.hardware.profile import load_profile
+from simserve.hardware.setup import HardwareConfig
+from simserve.policies import vllm_engine
+from simserve.run import simulate_point
+from simserve.workload.spec import Workload
+
+# request 0 decodes alone; request 1's 2,000-token prompt arrives mid-run (an eager step)
+W = Workload(arrival_s=np.array([0.0, 0.3]), prompt_tokens=np.array([200, 2000]),
+             output_tokens=np.array([120, 4]))
+
+
+def _gaps(loop: bool, monkeypatch, **kw) -> np.ndarray:
+    if not loop:
+        monkeypatch.setattr(vllm_engine, "loop_calls", lambda host: None)
+    r = simulate_point(W, "llama-3.1-8b", HardwareConfig(gpu="h200-sxm"), "vllm", engine="vllm",
+                       enable_prefix_caching=False, **kw).records
+    return np.diff(r.token_times_s[:int(r.output_tokens[0])])
+
+
+@pytest.mark.parametrize("leap", [True, False])
+def test_the_previous_steps_tokens_wait_for_an_eager_launch(monkeypatch, leap):
+    calls = load_profile("h200-sxm").overheads["engines"]["vllm-0.22.1"]["host_calls"]
+    e, f = calls["eager"], calls["full"]
+    # H = the decode step's start + U(full); out = H + S + L + U (launch-bound)
+    want = (f["update_us"] + e["schedule_us"] + e["launch_us_per_layer"] * 32
+            + e["update_us"]) * 1e-6
+    with_loop = _gaps(True, monkeypatch, leap=leap)
+    assert np.min(np.abs(with_loop - want)) < 0.2e-3
+    monkeypatch.undo()
+    without = _gaps(False, monkeypatch, leap=leap)
+    assert np.min(np.abs(without - want)) > 1e-3
+    assert len(with_loop) == len(without)
+
+
+def test_sync_scheduling_has_no_loop(monkeypatch):
+    a = _gaps(True, monkeypatch, async_scheduling=False)
+    monkeypatch.undo()
+    b = _gaps(False, monkeypatch, async_scheduling=False)
+    assert np.array_equal(a, b)
