@@ -67,28 +67,37 @@ def engine_meta(server_dir: str) -> dict:
         return json.load(f)
 
 
+def run_workload(run, t, order, max_concurrency: int | None):
+    """`run`'s requests as a simserve Workload: request `order[i]` sent at `t[order[i]]`."""
+    from simserve.workload.spec import Workload
+    reqs = run.plan["requests"]
+    hashes = [reqs[i].get("h") for i in order] if any("h" in r for r in reqs) else None
+    # Mooncake plans carry the trace's 512-token block hashes: the prompts the client built
+    # share exactly those prefixes, which vLLM's prefix cache (and simserve's) sees
+    return Workload(arrival_s=t[order], prompt_tokens=run.prompt[order].astype(np.int64),
+                    output_tokens=run.output[order].astype(np.int64), name=run.name,
+                    hash_ids=hashes, hash_block_tokens=512, max_concurrency=max_concurrency)
+
+
+def engine_params(meta: dict) -> dict:
+    """The real server's scheduler settings (its meta.json) as `vllm` policy options."""
+    return dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
+                max_num_seqs=meta["max_num_seqs"],
+                num_gpu_blocks_override=meta["num_gpu_blocks"],
+                enable_prefix_caching=meta["enable_prefix_caching"])
+
+
 def simulate_run(run, meta: dict, engine: str = "vllm", **policy):
     """Replay `run` in simserve; returns (metrics, records)."""
     from simserve.run import simulate_point
     from simserve.hardware.setup import HardwareConfig
-    from simserve.workload.spec import Workload
     if run.max_concurrency:  # a closed loop: the plan's schedule, sends when a slot frees
         t = np.array([r["t"] for r in run.plan["requests"]], dtype=np.float64)
     else:                    # open loop: the real send times
         t = run.send
     order = np.argsort(t, kind="stable")
-    reqs = run.plan["requests"]
-    hashes = [reqs[i].get("h") for i in order] if any("h" in r for r in reqs) else None
-    # Mooncake plans carry the trace's 512-token block hashes: the prompts the client built
-    # share exactly those prefixes, which vLLM's prefix cache (and simserve's) sees
-    w = Workload(arrival_s=t[order], prompt_tokens=run.prompt[order].astype(np.int64),
-                 output_tokens=run.output[order].astype(np.int64), name=run.name,
-                 hash_ids=hashes, hash_block_tokens=512,
-                 max_concurrency=run.max_concurrency or None)
-    params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
-                  max_num_seqs=meta["max_num_seqs"],
-                  num_gpu_blocks_override=meta["num_gpu_blocks"],
-                  enable_prefix_caching=meta["enable_prefix_caching"], **policy)
+    w = run_workload(run, t, order, run.max_concurrency or None)
+    params = dict(engine_params(meta), **policy)
     if engine == "vllm":   # the server's own switch (`--no-async-scheduling` runs)
         params["async_scheduling"] = meta["async_scheduling"]
     params["engine"] = engine

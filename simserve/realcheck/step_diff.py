@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simserve.realcheck.serve_data import load_run, run_dirs
-from simserve.realcheck.serve_score import ROOT, engine_meta
+from simserve.realcheck.serve_score import ROOT, engine_meta, engine_params, run_workload
 
 KINDS = ("mixed", "decode", "prefill")
 
@@ -245,7 +245,6 @@ def sim_steps(run, meta: dict, eligible: np.ndarray | None, queued: np.ndarray |
     client's sends through simserve's front end, as `serve_score` does."""
     from simserve.hardware.setup import HardwareConfig
     from simserve.run import simulate_point
-    from simserve.workload.spec import Workload
     closed = eligible is None and run.max_concurrency
     if eligible is not None:   # FCFS in vLLM's queue order; times play no part
         t = np.zeros(len(queued))
@@ -256,17 +255,9 @@ def sim_steps(run, meta: dict, eligible: np.ndarray | None, queued: np.ndarray |
         t = run.send
     if eligible is None:
         order = np.argsort(t, kind="stable")
-    reqs = run.plan["requests"]
-    hashes = [reqs[i].get("h") for i in order] if any("h" in r for r in reqs) else None
-    w = Workload(arrival_s=t[order], prompt_tokens=run.prompt[order].astype(np.int64),
-                 output_tokens=run.output[order].astype(np.int64), name=run.name,
-                 hash_ids=hashes, hash_block_tokens=512,
-                 max_concurrency=run.max_concurrency if closed else None)
-    params = dict(max_num_batched_tokens=meta["max_num_batched_tokens"],
-                  max_num_seqs=meta["max_num_seqs"],
-                  num_gpu_blocks_override=meta["num_gpu_blocks"],
-                  enable_prefix_caching=meta["enable_prefix_caching"],
-                  async_scheduling=meta["async_scheduling"], engine="vllm", leap=False)
+    w = run_workload(run, t, order, run.max_concurrency if closed else None)
+    params = dict(engine_params(meta), async_scheduling=meta["async_scheduling"],
+                  engine="vllm", leap=False)
     costs: list = []
 
     def hook(c):
