@@ -23,10 +23,13 @@ fig11-sensitivity.png and h200.png into experiments/dualpace/plots/ (generated, 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))   # this checkout's simserve, not an installed one
@@ -110,6 +113,19 @@ def out_dir(stem: str, workload: str) -> Path:
     return RESULTS / (stem if workload == "trace" else f"{stem}-paper-means")
 
 
+def policy_subset(stem: str, names: list[str]) -> list[dict]:
+    """The policies of experiment `stem` whose label (its name where it has none) is in
+    `names`, as the YAML writes them (so a subset runs each policy as the full sweep does)."""
+    doc = yaml.safe_load((HERE / f"{stem}.yaml").read_text())
+    keep = [p for p in doc["policies"] if p.get("label", p["name"]) in names]
+    known = {p.get("label", p["name"]) for p in doc["policies"]}
+    missing = sorted(set(names) - known)
+    if missing:
+        raise SystemExit(f"{stem}.yaml: no policy named {', '.join(missing)} (has "
+                         f"{', '.join(sorted(known))})")
+    return keep
+
+
 def run_sweep(stem: str, workload: str, workers: int, policies: list[str] | None = None,
               requests: int | None = None) -> Path:
     out = out_dir(stem, workload)
@@ -119,16 +135,8 @@ def run_sweep(stem: str, workload: str, workers: int, policies: list[str] | None
         kind = "code" if "-code-" in stem else "conv"
         cmd += ["--set", f"workload.trace={SYNTHETIC[kind]}"]
         cmd += ["--set", f"workload.rates={PAPER_MEANS_RATES[stem]}"]
-    if policies:
-        tp = PAPER[stem][2] if stem in PAPER else 1
-        # §6.4: the paper's runs set C = 256; the host KV is the same aggregate for both
-        # CPU-offloading designs, 120 GiB per GPU (as the YAMLs)
-        kv = f", host_kv_gib: {120 * tp}" if tp > 1 else ""
-        pol = ", ".join("{name: %s%s}" % (p, f", tp: {tp}{kv if p == 'neo' else ''}"
-                                          if tp > 1 and p != "dualpace" else
-                                          f", cpu_batch_limit: 256{kv}" if p == "dualpace" else "")
-                        for p in policies)
-        cmd += ["--set", f"policies=[{pol}]"]
+    if policies:   # a subset of the YAML's own policies (by label or name), options as written
+        cmd += ["--set", "policies=" + json.dumps(policy_subset(stem, policies))]
     if requests:
         cmd += ["--set", f"workload.num_requests={requests}"]
     subprocess.run(cmd, check=True, cwd=ROOT, env={**__import__("os").environ,
@@ -557,7 +565,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run experiments whose name contains this")
     ap.add_argument("--workload", choices=("trace", "paper-means", "both"), default="trace")
-    ap.add_argument("--policies", help="comma-separated subset of vllm,neo,dualpace")
+    ap.add_argument("--policies", help="comma-separated policy labels of the experiments (vllm, neo, dualpace, vllm-dplimit), run as their YAML writes them")
     ap.add_argument("--requests", type=int, help="fewer requests (quick look)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-run", action="store_true", help="tables from existing results only")
