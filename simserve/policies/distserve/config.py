@@ -30,10 +30,17 @@ class DistServeConfig:
     leap: bool = True  # decode pool: exact event leaping; False steps one by one
     prefill_blocks_override: int | None = None  # KV blocks per prefill instance (replaces the pool)
     decode_blocks_override: int | None = None   # KV blocks per decode instance (replaces the pool)
+    # a decode pool of its own (heterogeneous disaggregation): the GPU profile it runs on
+    # (e.g. h20); then hardware.num_gpus are all prefill GPUs and decode_num_gpus (default:
+    # as many) decode GPUs on other nodes, the KV hand-off crossing `handoff_link`. None: the
+    # decode pool is the second half of hardware.num_gpus, hand-off over NVLink
+    decode_gpu: str | None = None
+    decode_num_gpus: int | None = None   # GPUs of the decode pool (needs decode_gpu)
+    handoff_link: str = "ib-ndr400"      # link profile between the pools, when decode_gpu is set
 
     def validate(self) -> None:
         for name in ("prefill_tp", "decode_tp", "prefill_blocks_override",
-                     "decode_blocks_override"):
+                     "decode_blocks_override", "decode_num_gpus"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
@@ -45,3 +52,9 @@ class DistServeConfig:
         if not isinstance(u, (int, float)) or not 0 < u <= 1:
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
         check_scheduler(self.scheduler)
+        if self.decode_gpu is not None and (not isinstance(self.decode_gpu, str)
+                                            or not self.decode_gpu):
+            raise ValueError(f"decode_gpu: expected a GPU profile name, got {self.decode_gpu!r}")
+        if self.decode_num_gpus is not None and self.decode_gpu is None:
+            raise ValueError("decode_num_gpus: needs decode_gpu (the decode pool's GPU kind; "
+                             "name the same kind as hardware.gpu for a same-kind pool)")
