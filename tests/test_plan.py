@@ -264,4 +264,4 @@ def test_plan_with_a_heterogeneous_decode_pool_costs_both_pools(tmp_path):
     exp = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
     pol = exp["policies"][0]
     assert pol.get("decode_gpu", (pol.get("options") or {}).get("decode_gpu")) == "h20"
-    assert "xh20" in res.table()
+    assert "xh20" in res.table() and "h20 (decode)" in res.table()

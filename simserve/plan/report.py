@@ -53,7 +53,8 @@ def row(c: Candidate, hourly: float, est, r: dict | None) -> dict:
 
 def accuracy(c: Candidate) -> str:
     from simserve.accuracy import accuracy_lines
-    lines = accuracy_lines([{"policy_name": c.design, "policy": c.design, "gpu": c.gpu,
+    gpu = c.gpu if not c.decode_pool else f"{c.gpu} (prefill) + {c.decode_pool[0]} (decode)"
+    lines = accuracy_lines([{"policy_name": c.design, "policy": c.design, "gpu": gpu,
                              "policy_options": c.opts}])
     return lines[0] if lines else ""
 
