@@ -108,3 +108,14 @@ def test_bad_decode_pools_name_the_field():
     with pytest.raises(ConfigError, match=r"policy\.handoff_link"):
         simulate_point(w, MODEL, H100X1, "distserve", decode_gpu="h20",
                        handoff_link="pcie5-x16")
+
+
+def test_a_misspelt_decode_gpu_names_file_line_and_field(tmp_path, capsys):
+    from simserve.cli import main
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: bad\nmodel: llama-3.1-8b\nhardware: {gpu: h100-sxm, num_gpus: 1}\n"
+                 "workload: {trace: synthetic-conversation, num_requests: 5, rates: [1]}\n"
+                 "policies:\n- {name: distserve, decode_gpu: h2O}\n")
+    assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml:6: policies[0].decode_gpu: unknown gpu profile 'h2O'" in err

@@ -52,9 +52,23 @@ class DistServeConfig:
         if not isinstance(u, (int, float)) or not 0 < u <= 1:
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
         check_scheduler(self.scheduler)
-        if self.decode_gpu is not None and (not isinstance(self.decode_gpu, str)
-                                            or not self.decode_gpu):
-            raise ValueError(f"decode_gpu: expected a GPU profile name, got {self.decode_gpu!r}")
+        if self.decode_gpu is not None:
+            _profile("decode_gpu", self.decode_gpu, "gpu")
+            _profile("handoff_link", self.handoff_link, "link")
+            if self.decode_num_gpus and self.decode_tp and self.decode_num_gpus % self.decode_tp:
+                raise ValueError(f"decode_tp: {self.decode_tp} does not divide the "
+                                 f"{self.decode_num_gpus} GPUs of the decode pool")
         if self.decode_num_gpus is not None and self.decode_gpu is None:
             raise ValueError("decode_num_gpus: needs decode_gpu (the decode pool's GPU kind; "
                              "name the same kind as hardware.gpu for a same-kind pool)")
+
+
+def _profile(field: str, name, kind: str) -> None:
+    from simserve.errors import ConfigError
+    from simserve.hardware.profile import load_profile
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{field}: expected a {kind} profile name, got {name!r}")
+    try:
+        load_profile(name, expect_kind=kind)
+    except ConfigError as exc:
+        raise ValueError(f"{field}: {exc}") from None
