@@ -218,3 +218,50 @@ def test_screen_only_simulates_nothing():
     assert res.meta["num_simulated"] == 0 and res.winner is None
     assert all(r["status"] == "screened" for r in res.rows)
     assert "screen only" in res.summary()
+
+
+HETERO = dict(SMALL, workload={"trace": "synthetic-conversation", "num_requests": 120, "rate": 2},
+              hardware=[{"gpu": "h100-sxm", "num_gpus": [1, 2]}],
+              designs=[{"policy": "distserve", "decode_gpu": ["h20"],
+                        "decode_num_gpus": [1, 2]}])
+
+
+def test_heterogeneous_pools_are_pruned_and_screened_per_pool():
+    spec = parse_plan(dict(HETERO, model="qwen3-32b",
+                           designs=[{"policy": "distserve", "decode_gpu": ["rtx4090", "h20"],
+                                     "decode_num_gpus": [1, 2], "decode_tp": [1, 2]}]))
+    why = {c.label: infeasible(c, 8000, None) for c in expand(spec)}
+    # 64 GB of weights fit the H100 prefill GPU but not a 24 GB decode card
+    assert "on rtx4090" in why["distserve[decode_tp=1]@1xh100-sxm+1xrtx4090"]
+    assert "GPU-GPU link" in why["distserve[decode_tp=2]@1xh100-sxm+2xrtx4090"]
+    assert why["distserve[decode_tp=1]@1xh100-sxm+1xh20"] is None
+    assert "do not divide" in why["distserve[decode_tp=2]@1xh100-sxm+1xh20"]
+    # the decode pool's kind and size move the screen: more decode GPUs, no lower a rate
+    spec = parse_plan(dict(HETERO, designs=[{"policy": "distserve",
+                                             "decode_gpu": ["h20", "h200-sxm"],
+                                             "decode_num_gpus": [1, 2]}]))
+    E = Estimator(spec, workload_stats(spec))
+    est = {c.label: E.capacity(c) for c in expand(spec)}
+    assert (est["distserve@2xh100-sxm+2xh20"].rate > est["distserve@2xh100-sxm+1xh20"].rate)
+    # decode-bound: the decode GPU's bandwidth sets the iteration time
+    assert est["distserve@1xh100-sxm+1xh200-sxm"].itl_s < est["distserve@1xh100-sxm+1xh20"].itl_s
+
+
+@pytest.mark.timeout(600)
+def test_plan_with_a_heterogeneous_decode_pool_costs_both_pools(tmp_path):
+    import yaml
+    spec = parse_plan(HETERO)
+    prices = load_prices()
+    res = plan(spec, out=tmp_path / "o", workers=1)
+    rows = {r["config"]: r for r in res.rows}
+    r = rows["distserve@2xh100-sxm+2xh20"]
+    assert r["usd_per_hour"] == pytest.approx(2 * prices.gpu("h100-sxm").usd
+                                              + 2 * prices.gpu("h20").usd)
+    assert (r["gpu"], r["num_gpus"], r["decode_gpu"], r["decode_num_gpus"]) == \
+        ("h100-sxm", 2, "h20", 2)
+    assert res.winner is not None and "xh20" in res.winner["config"]
+    assert res.winner["rate"] > 0
+    exp = yaml.safe_load((tmp_path / "o" / "winner.yaml").read_text())
+    pol = exp["policies"][0]
+    assert pol.get("decode_gpu", (pol.get("options") or {}).get("decode_gpu")) == "h20"
+    assert "xh20" in res.table() and "h20 (decode)" in res.table()

@@ -4,7 +4,7 @@
 Schema (`schema: simserve-hwprofile/1`), shared by GPUs, CPUs and links:
 
     name, kind (gpu | cpu | link)
-    provenance: {type: measured | derived, ...where the numbers came from...}
+    provenance: {type: measured | derived | assumed, ...where the numbers came from...}
     spec:       datasheet numbers with their `sources`
     overheads:  per-iteration and launch costs (GPU/CPU)
     ops:        {MODEL: {tpN: op tables}} fitted latency functions per model and TP degree
@@ -226,8 +226,8 @@ def _parse(p: Path, expect_kind: str | None) -> HardwareProfile:
     if expect_kind and kind != expect_kind:
         raise ConfigError(f"{p}: profile {d['name']!r} is a {kind}, expected a {expect_kind}")
     prov = d["provenance"]
-    if not isinstance(prov, dict) or prov.get("type") not in ("measured", "derived"):
-        raise ConfigError(f"{p}: provenance.type: expected 'measured' or 'derived'")
+    if not isinstance(prov, dict) or prov.get("type") not in ("measured", "derived", "assumed"):
+        raise ConfigError(f"{p}: provenance.type: expected 'measured', 'derived' or 'assumed'")
     return HardwareProfile(name=d["name"], kind=kind, path=p, provenance=prov, spec=d["spec"],
                            overheads=d.get("overheads") or {}, link=d.get("link") or {},
                            raw_ops=d.get("ops") or {}, tables=d.get("copy_tables") or {})

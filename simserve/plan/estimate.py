@@ -146,9 +146,11 @@ class Estimator:
             self._cache[key] = self._capacity(c)
         return self._cache[key]
 
-    def _engine(self, c: Candidate, tp: int, budget: int):
+    def _engine(self, c: Candidate, tp: int, budget: int, gpu: str | None = None):
         util = float(c.opts.get("gpu_memory_utilization") or UTILIZATION.get(c.design, 0.9))
         model = get_model(c.model)
+        if gpu is not None:   # a pool of another kind: its own profile's links
+            return gpu_model(c.model, gpu, tp, None), _kv_tokens(model, gpu, tp, util, budget)
         return gpu_model(c.model, c.gpu, tp, c.nvlink), _kv_tokens(model, c.gpu, tp, util, budget)
 
     def _capacity(self, c: Candidate) -> Estimate:
@@ -174,22 +176,36 @@ class Estimator:
         return Estimate(lam * mult, t, ttft, why)
 
     def _distserve(self, c: Candidate) -> Estimate:
-        P, O, o, half = self.stats.mean_prompt, self.stats.mean_output, c.opts, c.num_gpus // 2
-        ptp, dtp = int(o.get("prefill_tp") or half), int(o.get("decode_tp") or half)
+        P, O, o = self.stats.mean_prompt, self.stats.mean_output, c.opts
+        n_pre, (dgpu, n_dec), handoff = c.num_gpus // 2, (None, c.num_gpus // 2), 0.0
+        if c.decode_pool:   # a decode pool of its own: prefill gets every GPU of num_gpus
+            n_pre, (dgpu, n_dec) = c.num_gpus, c.decode_pool
+            handoff = self._handoff_s(c, P)
+        ptp, dtp = int(o.get("prefill_tp") or n_pre), int(o.get("decode_tp") or n_dec)
         gp, _ = self._engine(c, ptp, int(o.get("prefill_max_tokens", 8192)))
-        gd, kv = self._engine(c, dtp, 1024)
-        s_p, n_p, n_d = gp.prefill_only_s(int(P)), half // ptp, half // dtp
+        gd, kv = self._engine(c, dtp, 1024, dgpu)
+        s_p, n_p, n_d = gp.prefill_only_s(int(P)), n_pre // ptp, n_dec // dtp
 
         def check(lam):
             rho = lam * s_p / n_p
             if rho >= 1:
                 return "prefill"
-            if s_p / (1 - rho) > self.ttft_s:
+            if s_p / (1 - rho) + handoff > self.ttft_s:
                 return "ttft"
             return self._fits(steady(gd, 0.0, lam / n_d, P, O, MAX_SEQS, kv))
         lam, why = self._max_rate(check)
         t, _, _, _ = steady(gd, 0.0, lam / n_d, P, O, MAX_SEQS, kv)
         return Estimate(lam, t, s_p / max(1 - lam * s_p / n_p, 1e-6), why)
+
+    def _handoff_s(self, c: Candidate, P: float) -> float:
+        """An isolated prompt's KV crossing the inter-node link (its shards in parallel)."""
+        o = c.opts
+        ln = load_profile(str(o.get("handoff_link") or "ib-ndr400"), expect_kind="link").link
+        assert c.decode_pool is not None
+        shards = max(int(o.get("prefill_tp") or c.num_gpus),
+                     int(o.get("decode_tp") or c.decode_pool[1]))
+        nbytes = P * get_model(c.model).kv_bytes_per_token / shards
+        return ln["latency_us"] * 1e-6 + nbytes / (ln["p2p_gbps"] * 1e9)
 
     def _cpu_rate(self, c: Candidate) -> float:
         """Requests/s the CPU tier can decode at the TBT target within the host KV pool."""

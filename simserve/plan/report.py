@@ -27,6 +27,8 @@ def row(c: Candidate, hourly: float, est, r: dict | None) -> dict:
     out = {"config": c.label, "design": c.design, "policy": c.policy, "gpu": c.gpu,
            "num_gpus": c.num_gpus, "cpu": c.cpu if c.host_cores() else None,
            "cpu_cores": c.host_cores() or None, "options": c.opts, "usd_per_hour": hourly,
+           "decode_gpu": c.decode_pool[0] if c.decode_pool else None,
+           "decode_num_gpus": c.decode_pool[1] if c.decode_pool else None,
            "estimate": est.rate, "estimate_bound": est.bound, "status": "screened"}
     if r is None:
         return out
@@ -43,7 +45,7 @@ def row(c: Candidate, hourly: float, est, r: dict | None) -> dict:
     tput = at.get("output_throughput")
     if tput:
         out["usd_per_mtok"] = hourly / (tput * 3600 / 1e6)
-        out["tok_s_per_gpu"] = tput / c.num_gpus
+        out["tok_s_per_gpu"] = tput / c.total_gpus
     if at.get("mean_tpot_ms"):
         out["tok_s_per_user"] = 1000.0 / at["mean_tpot_ms"]
     return out
@@ -51,7 +53,8 @@ def row(c: Candidate, hourly: float, est, r: dict | None) -> dict:
 
 def accuracy(c: Candidate) -> str:
     from simserve.accuracy import accuracy_lines
-    lines = accuracy_lines([{"policy_name": c.design, "policy": c.design, "gpu": c.gpu,
+    gpu = c.gpu if not c.decode_pool else f"{c.gpu} (prefill) + {c.decode_pool[0]} (decode)"
+    lines = accuracy_lines([{"policy_name": c.design, "policy": c.design, "gpu": gpu,
                              "policy_options": c.opts}])
     return lines[0] if lines else ""
 

@@ -142,7 +142,10 @@ def run_rungs(spec, front: list[Candidate], est: dict, cost: dict, sim: Simulato
 
 def _profiles(c: Candidate) -> str:
     from simserve.hardware.setup import HardwareConfig, profiles_digest
-    return profiles_digest(HardwareConfig(**c.hardware()))
+    digest = profiles_digest(HardwareConfig(**c.hardware()))
+    if c.decode_pool:   # the decode pool's profile too: a refit of it makes the row stale
+        digest += "+" + profiles_digest(HardwareConfig(gpu=c.decode_pool[0]))
+    return digest
 
 
 def _ranking_rate(r: dict, estimate: float) -> float:

@@ -8,12 +8,14 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+from simserve.errors import ConfigError
 from simserve.hardware.profile import load_profile
 from simserve.kv_budget import gpu_kv_budget
 from simserve.models import get_model
 from simserve.plan.spec import ROUTED, ROUTER_KEYS, PlanSpec
 
 CPU_TIER = ("dualpace", "neo")   # designs that decode on the host CPU too
+POOL_KEYS = ("decode_gpu", "decode_num_gpus")   # a decode pool's knobs: the label's hardware
 # gpu_memory_utilization each design uses when the plan does not set it (their configs' defaults)
 UTILIZATION = {"vllm": 0.92, "sarathi": 0.92, "distserve": 0.90, "conflux": 0.90,
                "dualpace": 0.92, "neo": 0.99}
@@ -45,11 +47,27 @@ class Candidate:
         return 1
 
     @property
+    def decode_pool(self) -> tuple[str, int] | None:
+        """(GPU kind, GPU count) of a disaggregated design's own decode pool (`decode_gpu`),
+        or None when the design splits `num_gpus` of one kind."""
+        o = self.opts
+        if self.design != "distserve" or not o.get("decode_gpu"):
+            return None
+        return str(o["decode_gpu"]), int(o.get("decode_num_gpus") or self.num_gpus)
+
+    @property
+    def total_gpus(self) -> int:
+        pool = self.decode_pool
+        return self.num_gpus + (pool[1] if pool else 0)
+
+    @property
     def label(self) -> str:
         hw = f"{self.num_gpus}x{self.gpu}"
+        if self.decode_pool:
+            hw += "+{1}x{0}".format(*self.decode_pool)
         if self.design in CPU_TIER and self.cpu:
             hw += f"+{self.cpu}" + (f":{self.cpu_cores}c" if self.cpu_cores else "")
-        knobs = ",".join(f"{k}={v}" for k, v in self.options)
+        knobs = ",".join(f"{k}={v}" for k, v in self.options if k not in POOL_KEYS)
         return f"{self.design}[{knobs}]@{hw}" if knobs else f"{self.design}@{hw}"
 
     @property
@@ -81,7 +99,10 @@ class Candidate:
         return float(self.opts.get("host_kv_gib", 120.0))
 
     def hourly(self, prices) -> float:
-        return prices.hourly(self.gpu, self.num_gpus, self.host_cores(), self.host_gib())
+        """USD per hour: every GPU of both pools, plus a CPU tier's cores and host memory."""
+        usd = prices.hourly(self.gpu, self.num_gpus, self.host_cores(), self.host_gib())
+        pool = self.decode_pool
+        return usd + prices.hourly(*pool) if pool else usd
 
 
 def expand(spec: PlanSpec) -> list[Candidate]:
@@ -129,13 +150,15 @@ def infeasible(c: Candidate, max_request_tokens: int, host_memory_gib: float | N
     groups = _tp_groups(c, model)
     if isinstance(groups, str):
         return groups
-    for tp, budget in groups:
+    for tp, budget, *on in groups:
+        gpu = on[0] if on else c.gpu
         try:
             model.check_tp(tp)
         except ValueError:
             return f"TP{tp} does not divide {model.num_heads} heads / {model.num_kv_heads} KV heads"
-        if _kv_tokens(model, c.gpu, tp, util, budget) < max_request_tokens:
-            return f"KV at TP{tp} holds less than the longest request ({max_request_tokens} tokens)"
+        if _kv_tokens(model, gpu, tp, util, budget) < max_request_tokens:
+            return (f"KV at TP{tp} on {gpu} holds less than the longest request "
+                    f"({max_request_tokens} tokens)")
     if c.design in CPU_TIER:
         if not c.cpu:
             return "a CPU-tier design without a host CPU"
@@ -148,9 +171,12 @@ def infeasible(c: Candidate, max_request_tokens: int, host_memory_gib: float | N
     return None
 
 
-def _tp_groups(c: Candidate, model) -> list[tuple[int, int]] | str:
-    """(TP degree, token budget) of each kind of engine the candidate runs, or why not."""
+def _tp_groups(c: Candidate, model) -> list[tuple] | str:
+    """(TP degree, token budget[, GPU kind when not the candidate's]) of each kind of engine
+    the candidate runs, or why not."""
     o, G = c.opts, c.num_gpus
+    if c.decode_pool:
+        return _hetero_groups(c)
     if c.design in ("vllm", "sarathi"):
         tp = int(o.get("tp", 1))
         if G % tp:
@@ -179,3 +205,20 @@ def _tp_groups(c: Candidate, model) -> list[tuple[int, int]] | str:
         limit = o.get("gpu_token_limit") or o.get("max_tokens_in_batch") or 8192
         return [(tp, int(limit))]
     return [(1, 8192)]
+
+
+def _hetero_groups(c: Candidate) -> list[tuple] | str:
+    """distserve with its own decode pool: prefill over num_gpus, decode over the pool."""
+    o, G = c.opts, c.num_gpus
+    assert c.decode_pool is not None
+    dgpu, D = c.decode_pool
+    ptp, dtp = int(o.get("prefill_tp") or G), int(o.get("decode_tp") or D)
+    if G % ptp or D % dtp:
+        return f"prefill TP{ptp} / decode TP{dtp} do not divide {G} / {D} GPUs"
+    try:
+        prof = load_profile(dgpu, expect_kind="gpu")
+    except ConfigError as exc:
+        raise ConfigError(f"designs: distserve decode_gpu: {exc}") from None
+    if dtp > 1 and not prof.spec.get("nvlink"):
+        return f"decode TP{dtp} on {dgpu} without a GPU-GPU link"
+    return [(ptp, int(o.get("prefill_max_tokens", 8192))), (dtp, 1024, dgpu)]

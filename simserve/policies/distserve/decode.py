@@ -103,10 +103,13 @@ class DecodeInstance(EngineBase):
 
 
 class Handoff:
-    """Moves prefilled requests into decode instances, FCFS, over NVLink channels."""
+    """Moves prefilled requests into decode instances, FCFS, over NVLink channels (or the
+    inter-node link between two pools)."""
 
-    def __init__(self, ctx, decoders: list[DecodeInstance]):
+    def __init__(self, ctx, decoders: list[DecodeInstance], links=None):
+        # links: the channels between the pools (`pools.NicLinks`); None: the cluster's NVLink
         self.ctx, self.decoders = ctx, decoders
+        self.links = links if links is not None else ctx.cluster
         self.queue: deque[tuple[int, object]] = deque()
         self.signal = Signal(ctx.env)
         for d in decoders:
@@ -139,9 +142,13 @@ class Handoff:
                 for j in range(n)]
 
     def _move(self, rid: int, pre, dec):
-        env, cl, t = self.ctx.env, self.ctx.cluster, self.ctx.table
-        yield env.all_of([cl.nvlink_channel(a, b).start(nb) for a, b, nb in self.shards(rid, pre, dec)])
+        env, cl, t = self.ctx.env, self.links, self.ctx.table
+        shards = self.shards(rid, pre, dec)
+        yield env.all_of([cl.nvlink_channel(a, b).start(nb) for a, b, nb in shards])
         self.num_transfers += 1
+        if cl is not self.ctx.cluster:
+            cl.stats["num_handoffs"] += 1
+            cl.stats["bytes_moved"] += int(sum(nb for _a, _b, nb in shards))
         pre.release(rid)
         done = t.emit(np.asarray([rid], dtype=np.int64), env.now)
         if len(done):

@@ -1,5 +1,6 @@
 """Building `distserve`: prefill instances on the first half of the GPUs, decode instances on
-the second, a least-loaded router in front (simdistserve's rule) and the KV hand-off between."""
+the second (or on a decode pool of its own: `pools.py`), a least-loaded router in front
+(simdistserve's rule) and the KV hand-off between."""
 from __future__ import annotations
 
 from simserve.errors import ConfigError
@@ -7,31 +8,20 @@ from simserve.policies import register
 from simserve.policies.base import Deployment, deploy
 from simserve.policies.distserve.config import DistServeConfig
 from simserve.policies.distserve.decode import DecodeInstance, Handoff
+from simserve.policies.distserve.pools import NicLinks, split
 from simserve.policies.distserve.prefill import PrefillInstance
-
-
-def _split(G: int, cfg: DistServeConfig) -> tuple[int, int]:
-    if G < 2 or G % 2:
-        raise ConfigError(f"policy distserve: a 1:1 prefill/decode split needs an even number of "
-                          f"GPUs, got hardware.num_gpus={G}")
-    half = G // 2
-    tp_p, tp_d = cfg.prefill_tp or half, cfg.decode_tp or half
-    for name, tp in (("prefill_tp", tp_p), ("decode_tp", tp_d)):
-        if half % tp:
-            raise ConfigError(f"policy.{name}: {tp} does not divide the {half} GPUs of its pool")
-    return tp_p, tp_d
 
 
 @register("distserve", DistServeConfig)
 def build(ctx, cfg: DistServeConfig) -> Deployment:
-    G = ctx.hardware.num_gpus
-    tp_p, tp_d = _split(G, cfg)
-    half = G // 2
-    decoders = [DecodeInstance(ctx, cfg, i, list(range(half + i * tp_d, half + (i + 1) * tp_d)))
-                for i in range(half // tp_d)]
-    handoff = Handoff(ctx, decoders)
-    prefills = [PrefillInstance(ctx, cfg, 100 + i, list(range(i * tp_p, (i + 1) * tp_p)),
-                                handoff.submit) for i in range(half // tp_p)]
+    pl = split(ctx, cfg)
+    tp_p, tp_d, dg, pg = pl.tp_p, pl.tp_d, pl.decode_gpus, pl.prefill_gpus
+    decoders = [DecodeInstance(pl.decode_ctx, cfg, i, dg[i * tp_d:(i + 1) * tp_d])
+                for i in range(len(dg) // tp_d)]
+    links = NicLinks(ctx.env, pl.link) if pl.link is not None else None
+    handoff = Handoff(ctx, decoders, links)
+    prefills = [PrefillInstance(ctx, cfg, 100 + i, pg[i * tp_p:(i + 1) * tp_p], handoff.submit)
+                for i in range(len(pg) // tp_p)]
     t = ctx.table
 
     def fits() -> None:
@@ -48,4 +38,5 @@ def build(ctx, cfg: DistServeConfig) -> Deployment:
                   engine_stats=[dict(e.kv_summary, gpus=e.gpus, role=role)
                                 for role, es in (("prefill", prefills), ("decode", decoders))
                                 for e in es],
-                  also_run=[handoff.run()])
+                  also_run=[handoff.run()],
+                  stats=None if links is None else {"distserve_handoff": links.stats})
