@@ -311,6 +311,35 @@ def test_editing_a_policy_changes_the_code_hash(tmp_path):
     assert hash_of() != first
 
 
+def test_a_refitted_profile_changes_the_code_hash(tmp_path, monkeypatch):
+    """A shipped profile edited, or one in the user's profile folder, makes stored points stale
+    (the points read it; no stale result may be served)."""
+    import shutil
+    src = Path(provenance.__file__).resolve().parents[1]
+    copy = tmp_path / "pkg" / "simserve"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+    user = tmp_path / "profiles"
+    user.mkdir()
+    code = "from simserve.runner.provenance import code_hash; print(code_hash())"
+
+    def hash_of() -> str:
+        import subprocess
+        import sys
+        env = {"PYTHONPATH": str(copy.parent), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+               "SIMSERVE_PURE_PYTHON": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "SIMSERVE_PROFILE_DIR": str(user)}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              cwd=tmp_path, text=True, check=True).stdout.strip()
+
+    first = hash_of()
+    shipped = copy / "data" / "hwprofiles" / "h20.yaml"
+    shipped.write_text(shipped.read_text() + "\n# refitted\n")
+    second = hash_of()
+    assert second != first
+    (user / "my-gpu.yaml").write_text("name: my-gpu\n")
+    assert hash_of() not in (first, second)
+
+
 def test_reuse_stale_keeps_points_and_says_how_many_and_why(proj, monkeypatch, capsys):
     assert sweep("--out", "s") == 0
     monkeypatch.setattr(provenance, "simserve_version", lambda: "99.0.0")

@@ -8,7 +8,10 @@ four match what this process would compute (`staleness`).
 
 Trace files are hashed by content (sha256 of the bytes), remembered per process by (path,
 size, mtime_ns), so a sweep hashes a large trace once. The code hash covers every `.py`,
-`.pyx` and `.pxd` file of the simserve package (path and bytes), computed once per process.
+`.pyx` and `.pxd` file of the simserve package and every data file it ships (hardware profiles,
+accuracy lines, prices: path and bytes), plus the profiles in the user's profile folders
+(`$SIMSERVE_PROFILE_DIR` and the config folders), so a refitted profile reruns the points that
+read it; it is computed once per process.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ MARKER = ".simserve.json"
 POINT_PROVENANCE = "provenance.json"
 FORMAT = 1
 _SOURCE_SUFFIXES = (".py", ".pyx", ".pxd")
+_DATA_SUFFIXES = (".yaml", ".yml", ".json", ".csv")
 
 
 def simserve_version() -> str:
@@ -29,19 +33,31 @@ def simserve_version() -> str:
     return str(simserve.__version__)
 
 
-@functools.lru_cache(maxsize=1)
-def _package_hash() -> str:
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES):
+def _hash_files(h, root: Path, paths) -> None:
+    for path in sorted(paths):
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
         h.update(path.read_bytes())
         h.update(b"\0")
+
+
+@functools.lru_cache(maxsize=1)
+def _package_hash() -> str:
+    from simserve.paths import user_profile_dirs
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    _hash_files(h, root, (p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES))
+    data = root / "data"
+    _hash_files(h, root, (p for p in data.rglob("*") if p.suffix in _DATA_SUFFIXES))
+    for d in user_profile_dirs():
+        if d.is_dir():
+            h.update(b"user profiles\0")
+            _hash_files(h, d, (p for p in d.glob("*.yaml") if p.is_file()))
     return h.hexdigest()[:16]
 
 
 def code_hash() -> str:
-    """sha256[:16] over simserve's own source files (an edited policy gives a new hash)."""
+    """sha256[:16] over simserve's own source and data files and the user's hardware profiles
+    (an edited policy or a refitted profile gives a new hash)."""
     return _package_hash()
 
 
