@@ -65,3 +65,10 @@ def test_long_requests_stay_on_the_cpu():
     c, b = res.stats["counters"], base.stats["counters"]
     assert c["num_prefill_to_cpu"] >= len(long_ids)
     assert c["cpu_token_share"] > b["cpu_token_share"]    # long requests decode on the CPU
+
+
+def test_the_variant_passes_check_policy():
+    from simserve.policy_check import check
+    hw = {"gpu": "rtx4090", "cpu": "xeon-silver-4510", "cpu_cores": 12}
+    assert check("dualpace-long-on-cpu", {"cpu_batch_limit": 64}, hardware=hw, n=120, rate=2.0,
+                 compiled=False) == []
