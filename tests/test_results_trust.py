@@ -439,3 +439,15 @@ def test_a_foreign_marker_file_lists_nothing_to_replace(proj):
     (proj / "u" / MARKER).write_text(json.dumps({"kind": "run", "files": ["data", "plots"]}))
     assert run("--out", "u", "--overwrite") == 0
     assert kept(proj / "u", mine)
+
+
+def test_a_hand_edited_sweep_marker_cannot_remove_the_folder_or_its_parent(proj):
+    """--overwrite of a run folder by a sweep removes only plain names the old marker lists."""
+    assert run("--out", "r") == 0
+    marker = proj / "r" / MARKER
+    m = json.loads(marker.read_text())
+    m["files"] = m["files"] + ["..", ".", ""]
+    marker.write_text(json.dumps(m))
+    (proj / "keep.txt").write_text("mine")
+    assert sweep("--out", "r", "--overwrite") == 0
+    assert (proj / "keep.txt").read_text() == "mine" and (proj / "r" / "points").is_dir()

@@ -153,7 +153,8 @@ def staging(out: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Remove a file, link or folder (a link is removed, never followed)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
@@ -169,7 +170,7 @@ def install(tmp: Path, out: Path, new_marker: dict, old_marker: dict | None) -> 
     names = sorted(p.name for p in tmp.iterdir())
     if (old_marker or {}).get("written_by") != "simserve":
         old_marker = None  # a file of that name simserve did not write lists nothing
-    old = [n for n in (old_marker or {}).get("files", []) if _plain_name(n)]
+    old = [n for n in (old_marker or {}).get("files", []) if plain_name(n)]
     for name in names:
         if name not in old and (out / name).is_dir() and not (out / name).is_symlink():
             raise SimserveError(f"--out {out}: {out / name} is a folder simserve did not "
@@ -179,15 +180,15 @@ def install(tmp: Path, out: Path, new_marker: dict, old_marker: dict | None) -> 
                                      "files": sorted(set(names) | set(old))})
     for name in old:
         if name not in names:
-            _remove(out / name)
+            remove_path(out / name)
     for name in names:
         if (out / name).is_dir() and not (out / name).is_symlink():
-            _remove(out / name)
+            remove_path(out / name)
         os.replace(tmp / name, out / name)
     write_json_atomic(out / MARKER, {**new_marker, "files": names, "complete": True})
 
 
-def _plain_name(name) -> bool:
+def plain_name(name) -> bool:
     """A name inside the folder (a marker edited by hand cannot point elsewhere)."""
     return isinstance(name, str) and name not in ("", ".", "..", MARKER) and "/" not in name \
         and "\\" not in name

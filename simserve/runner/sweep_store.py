@@ -18,7 +18,7 @@ from pathlib import Path
 
 from simserve.runner import provenance as prov
 from simserve.runner.config import TOP_KEYS
-from simserve.runner.storage import records_frame, records_json
+from simserve.runner.storage import plain_name, records_frame, records_json, remove_path
 
 POINT_FILES = ("record.json", "requests.csv", "config.yaml")
 LEGACY_RECORD = "summary.json"  # a point's record before record.json
@@ -135,8 +135,8 @@ class SummaryStore:
         """summary.json, summary.csv, then the marker (`complete` once every point is in)."""
         if self.old is not None and self.old.get("kind") != "sweep":  # taken over: --overwrite
             for name in self.old.get("files", []):
-                if name not in SWEEP_FILES and prov.MARKER != name and "/" not in str(name):
-                    _remove_file(self.out / str(name))
+                if plain_name(name) and name not in SWEEP_FILES:
+                    remove_path(self.out / name)
             self.old = None
         self.out.mkdir(parents=True, exist_ok=True)
         recs = self.records()
@@ -147,14 +147,6 @@ class SummaryStore:
             points_done=len(self.present), points_total=n_unique,
             stale_reused=sum(1 for k in self.plan.stale if k not in self.plan.todo_keys)))
         return recs
-
-
-def _remove_file(path: Path) -> None:
-    import shutil
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
 
 
 def _grid_hash(current: dict) -> str:
