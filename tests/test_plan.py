@@ -265,3 +265,16 @@ def test_plan_with_a_heterogeneous_decode_pool_costs_both_pools(tmp_path):
     pol = exp["policies"][0]
     assert pol.get("decode_gpu", (pol.get("options") or {}).get("decode_gpu")) == "h20"
     assert "xh20" in res.table() and "h20 (decode)" in res.table()
+
+
+def test_an_slo_without_per_token_deadlines_is_refused_in_one_line(tmp_path):
+    from simserve.plan import load_plan
+    p = write(tmp_path, """\
+        model: llama-3.1-8b
+        workload: {trace: synthetic-conversation, num_requests: 150, rate: 1}
+        slo: {ttft_ms: 3000, e2el_ms: 30000}
+        hardware: [{gpu: h100-sxm}]
+        designs: [{policy: vllm}]
+        """)
+    with pytest.raises(ConfigError, match=r"plan.yaml:3: slo: a plan needs slo.ttft_ms"):
+        load_plan(p)

@@ -135,6 +135,10 @@ def parse_plan(data: dict, src: str = "<dict>") -> PlanSpec:
         raise ConfigError(f"{_where(src, slo_obj, 'attainment', 'slo.attainment')}: expected a "
                           f"fraction in (0, 1], got {att!r}")
     slo = {k: v for k, v in slo_obj.items() if k not in ("attainment", "targets")}
+    if "ttft_ms" not in slo or not ({"tbt_ms", "tpot_ms"} & set(slo)):
+        raise ConfigError(f"{_where(src, slo_obj, path='slo')}: a plan needs slo.ttft_ms and "
+                          "one of slo.tbt_ms / slo.tpot_ms (the analytical screen prices "
+                          "first-token and per-token deadlines)")
     targets = _targets(slo_obj, src)
     objective = data.get("objective", "cheapest" if rate is not None else "goodput_per_dollar")
     if objective not in OBJECTIVES:
