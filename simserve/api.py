@@ -9,6 +9,7 @@ import pandas as pd
 
 from simserve.runner.config import ExperimentConfig, load_experiment, parse_experiment
 from simserve.runner.point import PointResult, Point, run_experiment_config, run_point
+from simserve.workload.build import USER_WORKLOAD
 from simserve.workload.spec import Workload
 from simserve.workload.user import apply_options, mean_rate, refuse_other_options
 
@@ -70,8 +71,9 @@ def _with_user_workload(cfg: ExperimentConfig, workload: Workload,
     w = apply_options(workload, num_requests=wc.num_requests if "num_requests" in given
                       else None, start=wc.start, tiles=wc.tile,
                       max_concurrency=wc.max_concurrency)
-    wc = dataclasses.replace(wc, trace=f"<Workload {w.name}>", rates=(mean_rate(w),),
-                             num_requests=w.num_requests, max_concurrency=w.max_concurrency)
+    wc = dataclasses.replace(wc, trace=f"{USER_WORKLOAD}{w.name}>", rates=(mean_rate(w),),
+                             arrival="trace", num_requests=w.num_requests,
+                             max_concurrency=w.max_concurrency)
     return dataclasses.replace(cfg, workload=wc), w
 
 

@@ -340,3 +340,13 @@ def test_version_line_names_pure_python():
     out = subprocess.run([sys.executable, "-m", "simserve", "--version"], env=env,
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0 and "pure Python" in out.stdout, out.stderr
+
+
+def test_a_user_workloads_vllm_summary_has_no_poisson_burstiness(tmp_path):
+    """A Workload's own arrivals are not Poisson: vLLM's summary gives no gamma shape."""
+    cfg = {"model": "llama-3.1-8b", "policies": [{"name": "vllm"}], "workload": {}}
+    w = simserve.Workload(np.array([0.0, 0.1, 2.0, 2.05]), np.full(4, 100), np.full(4, 8),
+                          name="spread")
+    simserve.run_experiment(cfg, workload=w, out=tmp_path / "o", summary_format="vllm")
+    obj = json.loads((tmp_path / "o" / "summary.json").read_text().splitlines()[0])
+    assert obj["burstiness"] is None

@@ -80,9 +80,13 @@ def _check_seed(seed) -> int:
     return int(seed)
 
 
+USER_WORKLOAD = "<Workload "  # how a run names a Workload the user passed in (api.py)
+
+
 def is_trace_file(trace: str) -> bool:
-    """Whether `trace` names a trace file (a manifest name or a path), not a generator."""
-    return trace not in SYNTHETIC and trace != RANDOM
+    """Whether `trace` names a trace file (a manifest name or a path), not a generator or a
+    Workload the user passed in."""
+    return trace not in SYNTHETIC and trace != RANDOM and not trace.startswith(USER_WORKLOAD)
 
 
 def load_named_trace(trace: str) -> Workload:
