@@ -92,13 +92,20 @@ def check(name: str, params: dict, model: str = "llama-3.1-8b", hardware: dict |
         return [f"{name}: {exc}"]
     problems = [f"{name}: {p}" for p in token_problems(leapt)]
     if hasattr(cfg, "leap") and cfg.leap:
-        stepped = _run(name, {**params, "leap": False}, *args)
+        try:
+            stepped = _run(name, {**params, "leap": False}, *args)
+        except RuntimeError as exc:
+            return problems + [f"{name} stepped: {exc}"]
         problems += [f"{name} stepped: {p}" for p in token_problems(stepped)]
         d = first_difference(leapt, stepped)
         if d:
             problems.append(f"{name}: leaping and stepping differ first at {d}")
     if compiled and _runs_compiled():
-        h = _source_hash(name, params, args)
+        try:
+            h = _source_hash(name, params, args)
+        except subprocess.CalledProcessError as exc:
+            last = (exc.stderr or "").strip().splitlines()[-1:] or ["no output"]
+            return problems + [f"{name} from the Python source: {last[0]}"]
         if h != _hash(leapt):
             problems.append(f"{name}: the compiled modules and the Python source differ")
     return problems

@@ -278,3 +278,13 @@ def test_an_slo_without_per_token_deadlines_is_refused_in_one_line(tmp_path):
         """)
     with pytest.raises(ConfigError, match=r"plan.yaml:3: slo: a plan needs slo.ttft_ms"):
         load_plan(p)
+
+
+def test_a_plan_state_is_keyed_by_the_code_and_profiles(monkeypatch):
+    """A refitted profile or an edited policy gives a new key: no row computed from older
+    inputs is read back on resume."""
+    from simserve.runner import provenance
+    spec = parse_plan(SMALL)
+    before = spec.key()
+    monkeypatch.setattr(provenance, "code_hash", lambda: "0000000000000000")
+    assert spec.key() != before

@@ -85,13 +85,15 @@ class PlanSpec:
     source: str = "<dict>"
 
     def key(self) -> str:
-        """sha256[:16] of the plan's content and simserve's version: a state file written for
-        another plan or another simserve is never read back."""
+        """sha256[:16] of the plan's content, simserve's version and its code and profiles
+        (`provenance.code_hash`): a state file written for another plan, another simserve or
+        an older profile is never read back."""
         import simserve
+        from simserve.runner.provenance import code_hash
         d = dataclasses.asdict(self)
         d.pop("source")
-        blob = json.dumps({"plan": d, "version": simserve.__version__}, sort_keys=True,
-                          default=str)
+        blob = json.dumps({"plan": d, "version": simserve.__version__, "code": code_hash()},
+                          sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
