@@ -119,3 +119,24 @@ def test_a_misspelt_decode_gpu_names_file_line_and_field(tmp_path, capsys):
     assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml:6: policies[0].decode_gpu: unknown gpu profile 'h2O'" in err
+
+
+def test_two_prefill_gpus_share_one_decode_gpus_receive_port():
+    """Shards from two prefill GPUs to one decode GPU queue on its network port: the second
+    lands one transfer later, not at the same time."""
+    import simpy
+    from simserve.hardware.profile import load_profile
+    from simserve.policies.distserve.pools import NicLinks
+    env = simpy.Environment()
+    links = NicLinks(env, load_profile("ib-ndr400", expect_kind="link"))
+    nbytes = 1e9
+    d = links.nvlink_channel(0, 9).tx.duration_s(nbytes)
+    done = []
+
+    def go(src):
+        yield links.nvlink_channel(src, 9).start(nbytes)
+        done.append(env.now)
+    env.process(go(0))
+    env.process(go(1))
+    env.run()
+    assert sorted(done) == pytest.approx([d, 2 * d])

@@ -59,19 +59,35 @@ def _load(name: str, kind: str, field: str):
 
 
 class NicLinks:
-    """One channel per prefill GPU's network port (its shards leave one after another);
-    quacks like `Cluster.nvlink_channel` for the hand-off."""
+    """One network port per GPU, each way: a shard holds its prefill GPU's send port and its
+    decode GPU's receive port for its transfer (several prefill GPUs sending to one decode
+    GPU share that GPU's port); quacks like `Cluster.nvlink_channel` for the hand-off."""
 
     def __init__(self, env, link):
         self.env, self.link = env, link
-        self.channels: dict[int, Channel] = {}
+        self.send: dict[int, Channel] = {}
+        self.receive: dict[int, Channel] = {}
         # `stats["distserve_handoff"]`: hand-offs over this link and their bytes
         self.stats = dict(link=link.name, num_handoffs=0, bytes_moved=0)
 
-    def nvlink_channel(self, src: int, dst: int) -> Channel:
-        ch = self.channels.get(src)
+    def _port(self, ports: dict, gpu: int, way: str) -> Channel:
+        ch = ports.get(gpu)
         if ch is None:
             ln = self.link.link
-            ch = self.channels[src] = Channel(self.env, f"{self.link.name}.gpu{src}",
-                                              ln["p2p_gbps"], ln["latency_us"])
+            ch = ports[gpu] = Channel(self.env, f"{self.link.name}.gpu{gpu}.{way}",
+                                      ln["p2p_gbps"], ln["latency_us"])
         return ch
+
+    def nvlink_channel(self, src: int, dst: int) -> "_Ports":
+        return _Ports(self.env, self._port(self.send, src, "out"),
+                      self._port(self.receive, dst, "in"))
+
+
+class _Ports:
+    """A transfer that holds a send port and a receive port for its duration."""
+
+    def __init__(self, env, tx: Channel, rx: Channel):
+        self.env, self.tx, self.rx = env, tx, rx
+
+    def start(self, nbytes: float):
+        return self.env.all_of([self.tx.start(nbytes), self.rx.start(nbytes)])
