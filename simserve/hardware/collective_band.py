@@ -19,11 +19,12 @@ BAND = {
     "allreduce_busbw_factor": [1.0, 1.82],
     # ~370 GB/s effective NVLink busbw for non-all-reduce collectives (#212): / 254.4 GB/s
     "alltoall_busbw_factor": [1.0, 1.45],
-    # ring all-reduce steps 2(R-1): 3x the 2-rank count at 4 ranks (an upper edge, derived)
+    # ring all-reduce steps 2(R-1): 3x the 2-rank count at 4 ranks (an upper edge, derived);
+    # 8 ranks would be 7x, so the latency edge covers rank counts up to 4 only
     "latency_factor": [1.0, 3.0],
     "source": "nccl-tests on 8-GPU NVLink 4 (NVIDIA/nccl-tests#212, #272) over the 2-rank "
-              "fit; latency: ring step count at 4 ranks; applies to rank counts without a "
-              "measured table",
+              "fit; latency: ring step count at 4 ranks (8 ranks would be 7x: not covered); "
+              "applies to rank counts without a measured table",
 }
 EDGES = ("slow", "fast")
 _KEYS = {"allreduce_busbw_gbps": "allreduce_busbw_factor",

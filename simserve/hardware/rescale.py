@@ -148,7 +148,10 @@ def rescale_sm_share(share: dict, src_name: str, s: dict, d: dict) -> dict:
     return out
 
 
-SP_SHARE_CAP = 0.9   # decode attention never holds more than this share of the SMs
+# ASSUMPTION (unmeasured): decode attention co-running with a prefill never holds more than
+# 90 % of the SMs, so a derived beta stays finite (beta <= 10) on a GPU whose bandwidth per SM
+# is far above the H200's; no derived GPU reaches it (H20, the highest, gets a share of 0.59)
+SP_SHARE_CAP = 0.9
 
 
 def _beta_for(beta_src: float, k: float) -> float:
