@@ -45,3 +45,24 @@ def test_sync_scheduling_has_no_loop(monkeypatch):
     monkeypatch.undo()
     b = _gaps(False, monkeypatch, async_scheduling=False)
     assert np.array_equal(a, b)
+
+
+def test_streamed_records_equal_the_full_ones_under_the_async_loop():
+    """The loop delays a step's tokens until the next step launches: a request finishing in
+    that step is not handed to the stream before then (chunks of 16 put boundaries there)."""
+    import pandas as pd
+    from simserve.hardware.setup import HardwareConfig
+    from simserve.metrics import SLO, request_frame
+    from simserve.metrics_stream import RecordStream
+    from simserve.run import simulate_point
+    from simserve.workload.build import build_workload
+    w = build_workload("synthetic-conversation", num_requests=600, arrival="poisson", rate=12.0,
+                       seed=2, max_context=131072)
+    hw = HardwareConfig(gpu="h200-sxm")
+    full = simulate_point(w, "llama-3.1-8b", hw, "vllm")
+    frames: list = []
+    st = RecordStream(SLO(500, 50), frames.append, token_window=1 << 16, chunk=16)
+    simulate_point(w, "llama-3.1-8b", hw, "vllm", stream=st)
+    got = pd.concat(frames, ignore_index=True)
+    want = request_frame(full.records, SLO(500, 50))
+    assert got.to_csv(index=False) == want.to_csv(index=False)

@@ -66,6 +66,7 @@ class EngineLoop:
     def idle(self, now: float) -> None:
         """The engine had nothing to run: the last output was sent, the loop waits."""
         self.last = None
+        self.table.retire_hold = None
         self.H = self.cut = max(self.H, now)
 
     def decode_start(self, clock: float) -> float:
@@ -85,6 +86,8 @@ class EngineLoop:
         if self.sent is not None:
             self.shift(ids, self.sent + self.lag)
         self.last = (ids, g_end)
+        # a later prefill step may still delay these tokens: streaming keeps them until then
+        self.table.retire_hold = min(ids) if len(ids) else None
 
     def prefill_step(self, shape, clock: float) -> float:
         """Step with prefill chunks about to run (GPU free at `clock`): its GPU start; the

@@ -127,6 +127,9 @@ class RequestTable:
         self.on_retire = None  # on_retire(start, end): requests [start, end) done (streaming)
         self.retire_chunk = retire_chunk
         self.num_retired = 0   # requests before this id were retired (their tokens are gone)
+        # an engine that may still move the last token of requests from this id on (vLLM's
+        # async loop delays a step's tokens until the next step is launched) holds them back
+        self.retire_hold: int | None = None
         self._done_prefix = 0  # every request before this id has finished
         self._top = 0          # token offset past the last token written so far
 
@@ -180,6 +183,8 @@ class RequestTable:
         while i < n and fin[i] == fin[i]:  # not NaN
             i += 1
         self._done_prefix = i
+        if self.retire_hold is not None and self.retire_hold < i:
+            i = self.retire_hold
         if i - self.num_retired >= self.retire_chunk:
             self.retire(i)
 
