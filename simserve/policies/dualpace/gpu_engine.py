@@ -92,6 +92,9 @@ class GpuEngine(EngineBase):
             if self.copy_done is not None:                      # step 1
                 yield self.copy_done
                 self.copy_done = None
+            if self.coupled and self.cpu.in_batch:              # the iteration barrier
+                yield self.cpu.batch_end
+                continue
             plan = self.planner.plan_round()
             if plan.empty:
                 self._wake = env.event()
@@ -120,12 +123,9 @@ class GpuEngine(EngineBase):
             self.st.poke_cpu()
 
     def _coupled_round(self, plan):
-        """One round behind the iteration barrier (decoupled scheduling off): wait for the CPU
-        batch in flight, then run the round; the CPU engine starts its next batch with it."""
-        env, cpu = self.ctx.env, self.cpu
-        if cpu.in_batch:
-            yield cpu.batch_end
-            return                       # re-plan: the CPU batch changed what fits
+        """One round behind the iteration barrier (decoupled scheduling off), planned once no
+        CPU batch is in flight; the CPU engine starts its next batch with it."""
+        env = self.ctx.env
         self.counts["rounds"] += 1
         self.in_round, self.round_start = True, env.now
         self.round_end = env.event()
