@@ -2,7 +2,6 @@
 
     python benchmarks/published_vllm.py                      # every row of the measurements file
     python benchmarks/published_vllm.py --ids fp8kv-c1-in1k --max-requests 50
-    python benchmarks/published_vllm.py --cap-closed-loop 30   # the quick scoring CI runs
 
 Reads `validation/published/measurements.yaml` (the cited numbers and each row's setup), builds
 the row's workload, runs simserve's `vllm` policy through the public API (`simserve.simulate`
@@ -19,7 +18,15 @@ Workload kinds (the row's `simserve.workload.kind`):
                    the row's prompt/output means, clipped to vLLM's ShareGPT filter
                    (prompt <= max_prompt, prompt + output <= max_total)
 Arrivals: request rate inf (all at t = 0), a Poisson rate, or a client concurrency limit
-(`concurrency`: vllm bench's semaphore, built one request at a time from simulated finishes).
+(`concurrency`: vllm bench's semaphore, simserve's closed-loop client `max_concurrency`).
+Offline runs (`vllm bench throughput`, `vllm bench latency`: `LLM.generate` on a list) set the
+policy's `offline: true`.
+
+Rows that use a feature simserve does not model (FP8 weights or KV cache, MoE, sliding-window
+attention, speculative decoding, ...) carry `not_comparable: <reason>`: they are listed with
+their numbers and reason, never simulated or scored. Every scored row names a
+`tolerance_class`; the file's `tolerance_classes` give each class its largest accepted
+|error| (%) and why, and `check` lists the metrics past it (the CI test fails on any).
 """
 from __future__ import annotations
 
@@ -96,13 +103,33 @@ def open_arrivals(row: dict, n: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- simulation
 
 
-def _simulate(row: dict, prompts, outputs, arrivals):
+def _simulate(row: dict, prompts, outputs, arrivals, concurrency: int | None = None):
     s = row["simserve"]
     w = Workload(np.asarray(arrivals, dtype=np.float64), prompts, outputs,
                  name=f"published-{row['id']}")
     return simserve.simulate("vllm", model=s["model"], gpu=s["gpu"],
                              num_gpus=int(s.get("num_gpus", 1)), workload=w,
-                             num_requests=len(prompts), **dict(s.get("policy") or {}))
+                             num_requests=len(prompts), max_concurrency=concurrency,
+                             **dict(s.get("policy") or {}))
+
+
+def comparable(row: dict) -> bool:
+    """Whether simserve models everything the row's setup uses (else it is listed, not run)."""
+    return not row.get("not_comparable")
+
+
+def semaphore_residual(requests, concurrency: int) -> float:
+    """Largest gap (s) between each request's send time in `requests` (workload order) and
+    the one vllm bench's semaphore gives from the same latencies: a request goes out when
+    one of the `concurrency` in flight finishes."""
+    sent = requests["arrival_s"].to_numpy()
+    lat = (requests["finish_s"] - requests["arrival_s"]).to_numpy()
+    free, residual = [0.0] * concurrency, 0.0
+    for i in range(len(sent)):
+        t = heapq.heappop(free)
+        residual = max(residual, abs(t - float(sent[i])))
+        heapq.heappush(free, t + float(lat[i]))
+    return residual
 
 
 def run_row(row: dict, cap: int | None = None) -> dict:
@@ -111,35 +138,20 @@ def run_row(row: dict, cap: int | None = None) -> dict:
     prompts, outputs = lengths(row, n)
     conc = row["simserve"]["workload"].get("concurrency")
     t0 = time.perf_counter()
-    iters, residual = 1, 0.0
+    residual = 0.0
     if conc:
-        # Exact closed loop, one request at a time: simulate the requests whose send times are
-        # known; the earliest slot that frees after them is the next send time, and no request
-        # sent later can change a finish before it (causality). One simulation per request.
+        # vllm bench's --max-concurrency: simserve's closed-loop client sends a request when
+        # one in flight finishes; the semaphore is replayed over the result as a check
         conc = min(int(conc), n)
-        sent = np.zeros(n)
-        known, iters = conc, 0
-        while True:
-            res = _simulate(row, prompts[:known], outputs[:known], sent[:known])
-            iters += 1
-            fr = res.requests
-            if not np.array_equal(fr["prompt_tokens"].to_numpy(), prompts[:known]):
-                raise RuntimeError("per-request frame is not in workload order")
-            lat = (fr["finish_s"] - fr["arrival_s"]).to_numpy()
-            free = [0.0] * conc
-            for i in range(known):  # replay the semaphore over the known requests
-                t = heapq.heappop(free)
-                residual = max(residual, abs(t - sent[i]))
-                heapq.heappush(free, t + float(lat[i]))
-            if known == n:
-                break
-            sent[known] = heapq.heappop(free)
-            known += 1
+        res = _simulate(row, prompts, outputs, np.zeros(n), conc)
+        if not np.array_equal(res.requests["prompt_tokens"].to_numpy(), prompts):
+            raise RuntimeError("per-request frame is not in workload order")
+        residual = semaphore_residual(res.requests, conc)
     else:
         res = _simulate(row, prompts, outputs, open_arrivals(row, n))
-    return {"summary": res.summary, "requests": res.requests, "n": n, "prompt_mean": float(prompts.mean()),
-            "output_mean": float(outputs.mean()), "iterations": iters, "residual_s": residual,
-            "wall_s": time.perf_counter() - t0}
+    return {"summary": res.summary, "requests": res.requests, "n": n,
+            "prompt_mean": float(prompts.mean()), "output_mean": float(outputs.mean()),
+            "residual_s": residual, "wall_s": time.perf_counter() - t0}
 
 
 def gpu_class(row: dict) -> str:
@@ -150,15 +162,6 @@ def gpu_class(row: dict) -> str:
         if name in g:
             return name
     raise ValueError(f"{row['id']}: gpu {row['gpu']!r} is neither an H100 nor an H200")
-
-
-def cap_for(row: dict, max_requests: int | None, cap_closed_loop: int | None) -> int | None:
-    """The request cap one row runs under: `max_requests` for every row, `cap_closed_loop` only
-    for client-concurrency rows (their exact closed loop costs one simulation per request)."""
-    caps = [c for c in (max_requests,
-                        cap_closed_loop if row["simserve"]["workload"].get("concurrency") else None)
-            if c]
-    return min(caps) if caps else None
 
 
 def per_gpu(table: list[dict]) -> dict[str, dict]:
@@ -176,15 +179,53 @@ def per_gpu(table: list[dict]) -> dict[str, dict]:
     return out
 
 
-def score(rows: list[dict], max_requests: int | None = None,
-          cap_closed_loop: int | None = None) -> tuple[list[dict], list[str]]:
+# metric families the per-GPU summary is split by (simserve summary key -> family)
+FAMILIES = {"ttft": "TTFT", "tpot": "TPOT/ITL", "itl": "TPOT/ITL", "e2el": "E2E latency",
+            "throughput": "throughput/duration", "duration": "throughput/duration"}
+
+
+def family(metric: str) -> str:
+    """The family of a published metric: TTFT, TPOT/ITL, E2E latency, throughput/duration."""
+    for key, name in FAMILIES.items():
+        if key in metric:
+            return name
+    raise ValueError(f"metric {metric!r} belongs to no family")
+
+
+def per_gpu_metric(table: list[dict]) -> dict[tuple[str, str], dict]:
+    """Median and worst |error| (%) per (GPU class, metric family), with the worst metric."""
+    out: dict[tuple[str, str], dict] = {}
+    for key in sorted({(r["gpu_class"], family(r["metric"])) for r in table}):
+        rs = [r for r in table if (r["gpu_class"], family(r["metric"])) == key]
+        errs = np.array([abs(r["error_pct"]) for r in rs])
+        worst = rs[int(np.argmax(errs))]
+        out[key] = {"metrics": len(rs), "median_abs_error_pct": float(np.median(errs)),
+                    "worst_abs_error_pct": float(errs.max()),
+                    "worst": f"{worst['id']} {worst['metric']}"}
+    return out
+
+
+def check(table: list[dict], classes: dict) -> list[str]:
+    """The scored metrics whose |error| is past their row class's tolerance, one line each."""
+    bad = []
+    for r in table:
+        cls = classes.get(r["tolerance_class"])
+        if cls is None:
+            bad.append(f"{r['id']}: unknown tolerance_class {r['tolerance_class']!r}")
+        elif abs(r["error_pct"]) > float(cls["max_abs_error_pct"]):
+            bad.append(f"{r['id']} {r['metric']}: |error| {abs(r['error_pct']):.1f} % > "
+                       f"{cls['max_abs_error_pct']} % ({r['tolerance_class']})")
+    return bad
+
+
+def score(rows: list[dict], max_requests: int | None = None) -> tuple[list[dict], list[str]]:
     """Simulate every row; returns one dict per published metric and one run note per row."""
     table, notes = [], []
-    for row in rows:
-        out = run_row(row, cap_for(row, max_requests, cap_closed_loop))
+    for row in filter(comparable, rows):
+        out = run_row(row, max_requests)
         table += [dict(r, setup=setup_line(row), gpu_class=gpu_class(row))
                   for r in compare(row, out)]
-        loop = (f", closed loop: {out['iterations']} simulations, send times re-derived "
+        loop = (f", closed loop: vllm bench's semaphore replayed over the result agrees "
                 f"within {out['residual_s']:.1e} s"
                 if row["simserve"]["workload"].get("concurrency") else "")
         notes.append(f"{row['id']}: simulated {out['n']} requests, mean prompt "
@@ -199,6 +240,7 @@ def compare(row: dict, out: dict) -> list[dict]:
     for metric, pub in row["published"].items():
         sim = float(out["summary"][metric])
         rows.append({"id": row["id"], "source": row["source"], "metric": metric,
+                     "tolerance_class": row["tolerance_class"],
                      "published": float(pub), "simserve": sim,
                      "error_pct": 100.0 * (sim - float(pub)) / float(pub)})
     return rows
@@ -211,8 +253,12 @@ def setup_line(row: dict) -> str:
     else:
         rate = w["request_rate"]
         arr = "rate=inf" if str(rate) == "inf" else f"rate={rate}/s"
+    if ((row.get("simserve") or {}).get("policy") or {}).get("offline"):
+        arr = "offline"
     lens = (f"{w['input_len']}/{w['output_len']}" if w["dataset"] == "random" else "ShareGPT")
-    return (f"vLLM {row['vllm_version'].split()[0]}, {row['model'].split('/')[-1]}, "
+    ver = str(row["vllm_version"]).split()[0]
+    ver = ver if ver[:1].isdigit() else "?"
+    return (f"vLLM {ver}, {row['model'].split('/')[-1]}, "
             f"{row['gpu'].split(' (')[0]}, TP{row['tp']}, {w['dataset']} {lens}, {arr}, "
             f"n={w['num_prompts'] if isinstance(w['num_prompts'], int) else '?'}")
 
@@ -221,14 +267,45 @@ def _fmt(x: float) -> str:
     return f"{x:,.2f}" if abs(x) < 1e5 else f"{x:,.0f}"
 
 
+def _print_table(head: tuple, cells: list[tuple]) -> None:
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+
+    def line(c):
+        return "  ".join(x.ljust(w) if i < 3 or i == 6 else x.rjust(w)
+                         for i, (x, w) in enumerate(zip(c, widths)))
+    print(line(head))
+    print("  ".join("-" * w for w in widths))
+    for c in cells:
+        print(line(c))
+
+
+def _print_summaries(table: list[dict], classes: dict) -> None:
+    print("\nper GPU (|error| over every metric of the rows measured on it):")
+    for gpu, s in per_gpu(table).items():
+        print(f"  {gpu}: {s['measurements']} measurements ({s['metrics']} metrics) from "
+              f"{s['sources']} sources: median |error| {s['median_abs_error_pct']:.1f} %, "
+              f"worst {s['worst_abs_error_pct']:.1f} % ({s['worst']})")
+    print("\nper GPU and metric:")
+    for (gpu, fam), s in per_gpu_metric(table).items():
+        print(f"  {gpu} {fam}: {s['metrics']} metrics, median |error| "
+              f"{s['median_abs_error_pct']:.1f} %, worst {s['worst_abs_error_pct']:.1f} % "
+              f"({s['worst']})")
+    print("\nworst metrics and their class's reason:")
+    for r in sorted(table, key=lambda r: -abs(r["error_pct"]))[:6]:
+        why = " ".join(str(classes[r["tolerance_class"]]["why"]).split())
+        print(f"  {r['id']} {r['metric']} {r['error_pct']:+.1f} % [{r['tolerance_class']}]: {why}")
+    bad = check(table, classes)
+    print("\ntolerance classes (largest accepted |error|): "
+          + "; ".join(f"{k} {v['max_abs_error_pct']} %" for k, v in classes.items()))
+    print("past their class's tolerance: " + ("; ".join(bad) if bad else "none"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--file", default=str(DEFAULT_FILE))
     ap.add_argument("--ids", nargs="*", help="only these measurement ids")
     ap.add_argument("--max-requests", type=int, default=None,
                     help="cap every row's request count (quick checks; changes the numbers)")
-    ap.add_argument("--cap-closed-loop", type=int, default=None,
-                    help="cap only client-concurrency rows (one simulation per request)")
     args = ap.parse_args(argv)
     data = load(args.file)
     rows = [m for m in data["measurements"] if not args.ids or m["id"] in args.ids]
@@ -242,28 +319,24 @@ def main(argv=None) -> int:
           "scale with it; simulated numbers do not)")
     if args.max_requests:
         print(f"NOTE: request counts capped at {args.max_requests}; numbers are not comparable")
-    if args.cap_closed_loop:
-        print(f"NOTE: client-concurrency rows capped at {args.cap_closed_loop} requests")
-    table, notes = score(rows, args.max_requests, args.cap_closed_loop)
-    head = ("id", "setup", "metric", "published", "simserve", "error %")
+    table, notes = score(rows, args.max_requests)
+    classes = data["tolerance_classes"]
+    head = ("id", "setup", "metric", "published", "simserve", "error %", "class")
     cells = [(r["id"], r["setup"], r["metric"], _fmt(r["published"]), _fmt(r["simserve"]),
-              f"{r['error_pct']:+.1f}") for r in table]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    line = lambda c: "  ".join(x.ljust(w) if i < 3 else x.rjust(w)
-                               for i, (x, w) in enumerate(zip(c, widths)))
-    print(line(head))
-    print("  ".join("-" * w for w in widths))
-    for c in cells:
-        print(line(c))
+              f"{r['error_pct']:+.1f}", r["tolerance_class"]) for r in table]
+    _print_table(head, cells)
     errs = np.array([abs(r["error_pct"]) for r in table])
-    print(f"\n{len(table)} metrics over {len(rows)} measurements from "
-          f"{len({r['source'] for r in rows})} sources: median |error| {np.median(errs):.1f} %, "
+    scored = [r for r in rows if comparable(r)]
+    print(f"\n{len(table)} metrics over {len(scored)} scored measurements from "
+          f"{len({r['source'] for r in scored})} sources: median |error| {np.median(errs):.1f} %, "
           f"mean |error| {errs.mean():.1f} %, max {errs.max():.1f} %")
-    print("\nper GPU (|error| over every metric of the rows measured on it):")
-    for gpu, s in per_gpu(table).items():
-        print(f"  {gpu}: {s['measurements']} measurements ({s['metrics']} metrics) from "
-              f"{s['sources']} sources: median |error| {s['median_abs_error_pct']:.1f} %, "
-              f"worst {s['worst_abs_error_pct']:.1f} % ({s['worst']})")
+    _print_summaries(table, classes)
+    nc = [r for r in rows if not comparable(r)]
+    if nc:
+        print(f"\nnot comparable ({len(nc)} measurements, listed, not simulated):")
+        for r in nc:
+            nums = ", ".join(f"{k} {_fmt(float(v))}" for k, v in r["published"].items())
+            print(f"  {r['id']} ({setup_line(r)}): {nums}; {r['not_comparable']}")
     print("\nsources:")
     for key in sorted({r["source"] for r in rows}):
         s = data["sources"][key]
