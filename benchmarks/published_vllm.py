@@ -258,12 +258,14 @@ def setup_line(row: dict) -> str:
     lens = (f"{w['input_len']}/{w['output_len']}" if w["dataset"] == "random" else "ShareGPT")
     ver = str(row["vllm_version"]).split()[0]
     ver = ver if ver[:1].isdigit() else "?"
-    return (f"vLLM {ver}, {row['model'].split('/')[-1]}, "
+    return (f"vLLM {ver}, {row['model'].split(' (')[0].split('/')[-1]}, "
             f"{row['gpu'].split(' (')[0]}, TP{row['tp']}, {w['dataset']} {lens}, {arr}, "
             f"n={w['num_prompts'] if isinstance(w['num_prompts'], int) else '?'}")
 
 
 def _fmt(x: float) -> str:
+    if abs(x) < 10:
+        return f"{x:.3f}"
     return f"{x:,.2f}" if abs(x) < 1e5 else f"{x:,.0f}"
 
 
@@ -312,8 +314,10 @@ def main(argv=None) -> int:
     if args.ids and len(rows) != len(set(args.ids)):
         missing = set(args.ids) - {m["id"] for m in rows}
         ap.error(f"unknown ids: {', '.join(sorted(missing))}")
+    shown = Path(args.file).resolve()
+    shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown
     print(f"simserve {simserve.__version__}: published vLLM measurements vs simserve's `vllm` "
-          f"policy ({args.file})")
+          f"policy ({shown})")
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} cores, load average {load_avg:.1f} at start (wall times below "
           "scale with it; simulated numbers do not)")
