@@ -37,13 +37,13 @@ def main() -> int:
     from simserve.api import simulate
     lines = [(f"date: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load average "
              f"{os.getloadavg()} on {os.cpu_count()} cores (shared with other engineers)"),
-             (f"llama-3.1-8b, {args.replicas} x GPU (vllm-routed, tp 1), "
+             (f"llama-3.1-8b, {args.replicas} x GPU (vllm, tp 1, router option), "
               f"mooncake-conversation first {args.requests} requests, SLO {SLO}, seed 0")]
     rows = {}
     for gpu, arrival, rate in itertools.product(args.gpus.split(","), args.arrivals.split(","),
                                                 [float(x) for x in args.rates.split(",")]):
         for r in ROUTERS:
-            s = simulate("vllm-routed", model="llama-3.1-8b", gpu=gpu,
+            s = simulate("vllm", model="llama-3.1-8b", gpu=gpu,
                          num_gpus=args.replicas, trace="mooncake-conversation",
                          num_requests=args.requests, rate=rate, arrival=arrival, slo=SLO,
                          router=r).summary
