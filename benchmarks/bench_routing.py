@@ -11,7 +11,8 @@ import itertools
 import os
 import sys
 import time
-from pathlib import Path
+
+from report_io import emit
 
 ROUTERS = ("least_outstanding", "prefix_affinity", "round_robin", "least_kv")
 # the trace's own block-level prefix reuse with an unbounded cache (first 2,000 requests):
@@ -58,10 +59,7 @@ def main() -> int:
                      f"rate {a['prefix_cache_hit_rate']:.3f} -> {b['prefix_cache_hit_rate']:.3f}, "
                      f"SLO goodput {a['slo_goodput']:.3f} -> {b['slo_goodput']:.3f} req/s "
                      f"({b['slo_goodput'] / a['slo_goodput'] - 1:+.1%})")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(lines, args.out)
     return 0
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from simserve.errors import ConfigError, did_you_mean
 from simserve.runner.yamlio import line_of, load_located
-from simserve.runner.config import check_keys, where
+from simserve.runner.config import check_keys, check_top, where
 
 TOP_KEYS = ("name", "model", "workload", "slo", "hardware", "designs", "prices", "objective",
             "search")
@@ -118,15 +118,7 @@ def load_plan(path: str | Path) -> PlanSpec:
 
 
 def parse_plan(data: dict, src: str = "<dict>") -> PlanSpec:
-    _keys(data, TOP_KEYS, src, "")
-    for k in ("model", "workload", "slo", "hardware", "designs"):
-        if k not in data:
-            raise ConfigError(f"{src}: missing required key {k!r}")
-    from simserve.models import get_model
-    try:
-        model = get_model(str(data["model"])).name
-    except ValueError as exc:
-        raise ConfigError(f"{_where(src, data, 'model', 'model')}: {exc}") from None
+    model = check_top(data, TOP_KEYS, ("model", "workload", "slo", "hardware", "designs"), src)
     wl = data["workload"]
     if not isinstance(wl, dict):
         raise ConfigError(f"{_where(src, data, 'workload', 'workload')}: expected a mapping")
