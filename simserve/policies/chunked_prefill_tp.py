@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass
 
 from simserve.policies import register
-from simserve.policies.routing import route
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.queues import check_scheduler, make_queue
 from simserve.policies.vllm import VllmScheduler
@@ -88,4 +87,4 @@ class ChunkedBaselineScheduler(VllmScheduler):
 def build(ctx, cfg: ChunkedBaselineConfig):
     if cfg.tp is None:
         cfg = dataclasses.replace(cfg, tp=ctx.hardware.num_gpus)
-    return route(ctx, cfg, chunked_replicas(ctx, cfg, ChunkedBaselineScheduler))
+    return chunked_replicas(ctx, cfg, ChunkedBaselineScheduler)

@@ -1,5 +1,6 @@
-"""Routers in front of data-parallel replicas: the `router` option of `vllm`, `sarathi` and
-`chunked` (their num_gpus / tp replicas), chosen in the policy's build by `route`.
+"""Routers in front of data-parallel replicas: the `router` option of `vllm`, `sarathi`,
+`chunked` and their variants (num_gpus / tp replicas), applied by `vllm_engine.chunked_replicas`
+through `route`.
 
 A router is a function `on_arrival(rid)` that picks one replica and calls its `enqueue`:
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.routing import route
 from simserve.policies.vllm_engine import chunked_replicas
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.vllm_scheduler import ChunkedScheduler
@@ -84,4 +83,4 @@ class SarathiScheduler(ChunkedScheduler):
 
 @register("sarathi", ChunkedConfig)
 def build(ctx, cfg: ChunkedConfig):
-    return route(ctx, cfg, chunked_replicas(ctx, cfg, SarathiScheduler))
+    return chunked_replicas(ctx, cfg, SarathiScheduler)

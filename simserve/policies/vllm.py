@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from simserve.policies import register
-from simserve.policies.routing import route
 from simserve.policies.vllm_engine import chunked_replicas
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.vllm_scheduler import ChunkedScheduler
@@ -119,4 +118,4 @@ class VllmScheduler(ChunkedScheduler):
 
 @register("vllm", ChunkedConfig)
 def build(ctx, cfg: ChunkedConfig):
-    return route(ctx, cfg, chunked_replicas(ctx, cfg, VllmScheduler))
+    return chunked_replicas(ctx, cfg, VllmScheduler)
