@@ -26,7 +26,7 @@ def long_on_cpu(c):
 
 def short_swap_in(p, mark=False):
     """The FIFO swap-in rule (and step 6's marks), skipping long prompts: they finish on the CPU."""
-    prompt = p.eng.ctx.table.prompt
+    prompt = p.table.prompt
     for r in p.swap_in_candidates(mark):
         if prompt[r] < LONG and not p.take_swap_in(r, mark):
             break

@@ -18,9 +18,13 @@ GUIDE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "add-a-poli
 CPU_HW = {"gpu": "rtx4090", "cpu": "xeon-silver-4510", "cpu_cores": 12}
 
 
-def guide_module(index: int, name: str) -> dict:
-    """The guide's `index`-th python block, run as module `name`; its globals."""
+def guide_module(index: int, name: str, rename: tuple[str, str] | None = None) -> dict:
+    """The guide's `index`-th python block, run as module `name`; its globals. `rename`: (the
+    policy name it registers, another) where a test module registers that name already."""
     code = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)[index]
+    if rename:
+        assert f'register("{rename[0]}"' in code
+        code = code.replace(f'register("{rename[0]}"', f'register("{rename[1]}"')
     ns = {"__name__": name}
     exec(compile(code, f"{name}.py", "exec"), ns)
     return ns
@@ -29,7 +33,7 @@ def guide_module(index: int, name: str) -> dict:
 def test_the_dualpace_variant_keeps_long_prompts_on_the_cpu():
     """Short and long prompts (200-6000 tokens) on an RTX 4090 + Xeon: DualPace swaps some of
     each into the GPU; the guide's rule swaps only short ones."""
-    ns = guide_module(2, "dualpace_long")
+    ns = guide_module(2, "dualpace_long", ("dualpace-long-on-cpu", "guide-dualpace-long"))
     rule, taken = ns["short_swap_in"], []
 
     def spy(planner, mark=False):  # the guide's rule, watching what it swaps in
@@ -43,13 +47,13 @@ def test_the_dualpace_variant_keeps_long_prompts_on_the_cpu():
     hw = resolve_hardware(HardwareConfig(**CPU_HW))
     ns["build"].__globals__["short_swap_in"] = spy
     try:
-        simulate_point(w, "llama-3.1-8b", hw, "dualpace-long-on-cpu", cpu_batch_limit=64)
+        simulate_point(w, "llama-3.1-8b", hw, "guide-dualpace-long", cpu_batch_limit=64)
     finally:
         ns["build"].__globals__["short_swap_in"] = rule
     assert taken and all(prompt[r] < ns["LONG"] for r in taken)
     base = simulate_point(w, "llama-3.1-8b", hw, "dualpace", cpu_batch_limit=64)
     assert base.stats["counters"]["num_swap_in"] > len(taken)  # DualPace swaps long ones too
-    assert check("dualpace-long-on-cpu", {"cpu_batch_limit": 64}, hardware=CPU_HW, n=120,
+    assert check("guide-dualpace-long", {"cpu_batch_limit": 64}, hardware=CPU_HW, n=120,
                  rate=2.0, compiled=False) == []
 
 

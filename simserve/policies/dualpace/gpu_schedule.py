@@ -129,6 +129,12 @@ class RoundPlanner:
         self.bs, self.gcap = gp.block_size, gp.num_blocks
         self.no_cpu = not getattr(eng.cfg, "prefill_to_cpu", True)
 
+    @property
+    def table(self):
+        """The request table the rules read (`prompt`, `output`, `computed`, `generated`, a
+        trace's extra columns in `attrs`)."""
+        return self.eng.ctx.table
+
     def swap_in_candidates(self, mark: bool = False):
         """The requests a swap-in pass looks at, in order: the CPU waiting queue's not yet
         chosen, unfinished requests, up to the first one not ready (its prompt still being
