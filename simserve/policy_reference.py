@@ -196,7 +196,12 @@ def _module_line(build) -> str:
 
 def policy_summary(name: str) -> tuple[str, str]:
     """(what it models, source) of a registered policy; its module is imported only when it has
-    no entry in SUMMARIES (then its build module's docstring speaks for it)."""
+    no entry in SUMMARIES (then its build module's docstring speaks for it). A deprecated name
+    says which policy it now is."""
+    from simserve.policies import ALIASES
+    if name in ALIASES:
+        return (f"deprecated name of `{ALIASES[name]}` (its `router` option)",
+                SUMMARIES[ALIASES[name]][1])
     if name in SUMMARIES:
         return SUMMARIES[name]
     from simserve.policies import get_policy

@@ -4,6 +4,8 @@ with `chunked_replicas` takes the `router` option."""
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +21,16 @@ CPU_HW = {"gpu": "rtx4090", "cpu": "xeon-silver-4510", "cpu_cores": 12}
 
 
 def guide_module(index: int, name: str, rename: tuple[str, str] | None = None) -> dict:
-    """The guide's `index`-th python block, run as module `name`; its globals. `rename`: (the
+    """The guide's `index`-th python block, imported as module `name`; its globals. `rename`: (the
     policy name it registers, another) where a test module registers that name already."""
     code = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)[index]
     if rename:
         assert f'register("{rename[0]}"' in code
         code = code.replace(f'register("{rename[0]}"', f'register("{rename[1]}"')
-    ns = {"__name__": name}
-    exec(compile(code, f"{name}.py", "exec"), ns)
-    return ns
+    module = types.ModuleType(name)   # as importing the file would make it
+    exec(compile(code, f"{name}.py", "exec"), module.__dict__)
+    sys.modules[name] = module
+    return module.__dict__
 
 
 def test_the_dualpace_variant_keeps_long_prompts_on_the_cpu():
@@ -87,3 +90,13 @@ def test_a_vllm_variant_takes_the_router_option():
     a = simulate("vllm-spf", **kw).requests
     b = simulate("vllm-spf", router="round_robin", **kw).requests
     assert not np.array_equal(a["finish_s"].to_numpy(), b["finish_s"].to_numpy())
+
+
+def test_a_plugin_without_a_docstring_is_still_listed(capsys):
+    from simserve import cli
+    ns = guide_module(1, "vllm_spf_bare", ("vllm-spf", "vllm-spf-bare"))
+    sys.modules["vllm_spf_bare"].__doc__ = None
+    assert ns["build"].__module__ == "vllm_spf_bare"
+    assert cli.main(["policies"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("vllm-spf-bare "))
+    assert "no docstring" in line
