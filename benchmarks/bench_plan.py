@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from report_io import emit
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -62,10 +64,7 @@ def main() -> int:
               f"{total['sim']} simulated, wall {total['wall']:.0f} s; peak RSS {peak:.0f} MiB "
               f"(this process), {kids:.0f} MiB (largest worker)"),
               f"load average after: {os.getloadavg()}"]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(lines, args.out)
     return 0
 
 

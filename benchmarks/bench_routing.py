@@ -11,7 +11,8 @@ import itertools
 import os
 import sys
 import time
-from pathlib import Path
+
+from report_io import emit
 
 ROUTERS = ("least_outstanding", "prefix_affinity", "round_robin", "least_kv")
 # the trace's own block-level prefix reuse with an unbounded cache (first 2,000 requests):
@@ -37,13 +38,13 @@ def main() -> int:
     from simserve.api import simulate
     lines = [(f"date: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; load average "
              f"{os.getloadavg()} on {os.cpu_count()} cores (shared with other engineers)"),
-             (f"llama-3.1-8b, {args.replicas} x GPU (vllm-routed, tp 1), "
+             (f"llama-3.1-8b, {args.replicas} x GPU (vllm, tp 1, router option), "
               f"mooncake-conversation first {args.requests} requests, SLO {SLO}, seed 0")]
     rows = {}
     for gpu, arrival, rate in itertools.product(args.gpus.split(","), args.arrivals.split(","),
                                                 [float(x) for x in args.rates.split(",")]):
         for r in ROUTERS:
-            s = simulate("vllm-routed", model="llama-3.1-8b", gpu=gpu,
+            s = simulate("vllm", model="llama-3.1-8b", gpu=gpu,
                          num_gpus=args.replicas, trace="mooncake-conversation",
                          num_requests=args.requests, rate=rate, arrival=arrival, slo=SLO,
                          router=r).summary
@@ -58,10 +59,7 @@ def main() -> int:
                      f"rate {a['prefix_cache_hit_rate']:.3f} -> {b['prefix_cache_hit_rate']:.3f}, "
                      f"SLO goodput {a['slo_goodput']:.3f} -> {b['slo_goodput']:.3f} req/s "
                      f"({b['slo_goodput'] / a['slo_goodput'] - 1:+.1%})")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(lines, args.out)
     return 0
 
 

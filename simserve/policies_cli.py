@@ -23,6 +23,7 @@ def _list(args: argparse.Namespace) -> int:
     w = max(map(len, names)) + 2
     for name in names:
         summary, source = policy_summary(name)
+        summary = summary or "(its module has no docstring)"
         print(_wrap(summary, " " * w).replace(" " * w, name.ljust(w), 1))
         print(_wrap(f"source: {source}", " " * w))
     print("\n`simserve policies show NAME` lists a policy's options.")

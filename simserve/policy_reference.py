@@ -36,12 +36,6 @@ SUMMARIES = {
     "sarathi": ("Sarathi-Serve: decode-first stall-free batching, whole-prompt KV reserved at "
                 "admission, the token budget as chunk size",
                 "Sarathi-Serve (OSDI'24)"),
-    "vllm-routed": ("`vllm`'s num_gpus / tp replicas behind a chosen router: round-robin, "
-                    "least outstanding requests, least KV load, prefix affinity",
-                    "SGLang router's cache-aware policy and llm-d's prefix scorer "
-                    "(`simserve.policies.routing`)"),
-    "sarathi-routed": ("`sarathi`'s num_gpus / tp replicas behind a chosen router (as "
-                       "`vllm-routed`)", "as `vllm-routed`"),
     "neo": ("NEO: GPU-gated CPU offloading: host KV pool, swap-out/in, Prefill-to-CPU, "
             "asymmetric pipeline of GPU dense work and CPU decode attention",
             "NEO (MLSys'25) and its code (`swiftllm`); A10 evaluation config"),
@@ -70,8 +64,6 @@ HOST_PATH = {
     "vllm": "vLLM V1; pays vLLM 0.22.1's measured host path (`engine`: default where measured, "
             "i.e. h200-sxm; `engine: vllm` on derived profiles)",
     "sarathi": "Sarathi-Serve's vLLM fork; the same vLLM host path as `vllm`",
-    "vllm-routed": "as `vllm` (the router adds no host cost)",
-    "sarathi-routed": "as `sarathi` (the router adds no host cost)",
     "chunked": "vLLM 0.15.1 (ConfluxServe §8.1); the same vLLM host path as `vllm` (0.22.1's, "
                "the only one measured), so on h200-sxm it pays it while ConfluxServe's designs "
                "pay generic overheads: checked on Fig. 12 Qwen3-14B, 4x H200, chunked++-4096, "
@@ -204,7 +196,12 @@ def _module_line(build) -> str:
 
 def policy_summary(name: str) -> tuple[str, str]:
     """(what it models, source) of a registered policy; its module is imported only when it has
-    no entry in SUMMARIES (then its build module's docstring speaks for it)."""
+    no entry in SUMMARIES (then its build module's docstring speaks for it). A deprecated name
+    says which policy it now is."""
+    from simserve.policies import ALIASES
+    if name in ALIASES:
+        return (f"deprecated name of `{ALIASES[name]}` (its `router` option)",
+                SUMMARIES[ALIASES[name]][1])
     if name in SUMMARIES:
         return SUMMARIES[name]
     from simserve.policies import get_policy
@@ -246,8 +243,12 @@ def markdown(docs: list[PolicyDoc] | None = None) -> str:
            "the policy is built,",
            "as each description says.", "",
            "| policy | what it models | source |", "|---|---|---|"]
+    from simserve.policies import ALIASES
+    deprecated = ", ".join(f"`{a}` (policy `{p}` with its `router` option)"
+                           for a, p in sorted(ALIASES.items()))
     out += [f"| [`{d.name}`](#{d.name}) | {_cell(d.summary)} | {_cell(d.source)} |"
             for d in docs]
+    out += ["", f"Deprecated names, still accepted with a warning: {deprecated}."]
     for d in docs:
         host = f" Engine and host path: {HOST_PATH[d.name]}." if d.name in HOST_PATH else ""
         out += ["", f"## {d.name}", "", f"{d.summary}.", "",

@@ -26,23 +26,10 @@ def long_on_cpu(c):
 
 def short_swap_in(p, mark=False):
     """The FIFO swap-in rule (and step 6's marks), skipping long prompts: they finish on the CPU."""
-    st, t, plan = p.eng.st, p.eng.ctx.table, p.plan
-    for r in st.cpu_running if mark else st.cpu_waiting:
-        if t.prompt[r] >= LONG or (st.marked[r] if mark else (
-                r in plan.swap_in or t.generated[r] >= t.output[r])):
-            continue
-        if not (mark or st.ready[r]) or p.rows >= p.eng.max_seqs or \
-                p.tokens + 1 > p.eng.token_limit:
+    prompt = p.table.prompt
+    for r in p.swap_in_candidates(mark):
+        if prompt[r] < LONG and not p.take_swap_in(r, mark):
             break
-        kv = -(-(int(t.computed[r]) + 1) // p.bs)
-        pk = int(st.peak[r]) if mark or not st.marked[r] else 0
-        if kv > p.gpu_free or p.peak_sum + pk > p.gcap:
-            break
-        (plan.marks if mark else plan.swap_in).append(r)
-        if pk:
-            p.q_peaks.insert(0, pk)
-        p.gpu_free, p.peak_sum = p.gpu_free - kv, p.peak_sum + pk
-        p.rows, p.tokens = p.rows + 1, p.tokens + 1
 
 
 @register("dualpace-long-on-cpu", DualPaceConfig)

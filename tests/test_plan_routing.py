@@ -1,6 +1,8 @@
 """Routers in front of replicas (simserve.policies.routing)."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from simserve.policies.routing import PrefixAffinity, make_router
@@ -57,20 +59,42 @@ def test_prefix_affinity_bounded_load_spills():
     assert min(len(t.got) for t in ts) >= 3   # one hot prefix does not pin every request
 
 
-def test_routed_policy_validates_the_router():
+@pytest.mark.parametrize("name", ["vllm", "sarathi", "chunked"])
+def test_router_is_an_option_of_the_chunked_family(name):
     from simserve.errors import ConfigError
     from simserve.policies import make_config
-    with pytest.raises(ConfigError, match="router"):
-        make_config("vllm-routed", {"router": "random"})
-    assert make_config("vllm-routed", {"router": "least_kv"}).router == "least_kv"
+    with pytest.raises(ConfigError, match="router: expected one of"):
+        make_config(name, {"router": "random"})
+    with pytest.raises(ConfigError, match="affinity_blocks"):
+        make_config(name, {"router": "prefix_affinity", "affinity_blocks": 0})
+    assert make_config(name, {"router": "least_kv"}).router == "least_kv"
 
 
-def test_routed_vllm_with_default_router_matches_vllm():
+def test_the_router_option_routes():
+    """A router other than the default replaces the deployment's: round-robin over two
+    replicas puts every other request on each (least-outstanding does not, under skew)."""
     from simserve.api import simulate
     a = simulate("vllm", num_gpus=2, num_requests=200, rate=6, seed=3).summary
-    b = simulate("vllm-routed", num_gpus=2, num_requests=200, rate=6, seed=3).summary
-    for k in ("mean_ttft_ms", "p99_itl_ms", "output_throughput"):
-        assert a[k] == b[k]
+    b = simulate("vllm", num_gpus=2, num_requests=200, rate=6, seed=3,
+                 router="round_robin").summary
+    assert a["mean_ttft_ms"] != b["mean_ttft_ms"]
+
+
+@pytest.mark.parametrize("old,new", [("vllm-routed", "vllm"), ("sarathi-routed", "sarathi")])
+def test_deprecated_routed_names_are_the_option_with_one_warning(old, new):
+    from simserve.api import simulate
+    from simserve.policies import ALIASES, get_policy, policy_names
+    assert ALIASES[old] == new and old not in policy_names()
+    with pytest.warns(FutureWarning, match=f"policy '{old}' is deprecated: use policy '{new}'"):
+        assert get_policy(old) == get_policy(new)
+    kw = dict(num_gpus=2, trace="mooncake-conversation", num_requests=150, rate=6, seed=3,
+              router="prefix_affinity")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # what a user's run has: shown once, not per call
+        a = simulate(old, **kw).requests.drop(columns="policy")
+    assert len([w for w in caught if old in str(w.message)]) == 1
+    b = simulate(new, **kw).requests.drop(columns="policy")
+    assert a.equals(b)
 
 
 def test_same_instant_burst_is_spread_even_when_loads_lag():

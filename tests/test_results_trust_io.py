@@ -106,9 +106,12 @@ def test_a_full_disk_during_sweep_leaves_no_half_point(proj):
     assert sorted(r["point"] for r in recs) == points  # the summary matches what is there
 
 
+def denied(parent, prefix):
+    """`storage._fresh_dir` on a folder the user may not write into."""
+    raise PermissionError(errno.EACCES, "Permission denied", str(parent))
+
+
 def test_permission_denied_is_one_line(proj, capsys, monkeypatch):
-    def denied(parent, prefix):
-        raise PermissionError(errno.EACCES, "Permission denied", str(parent))
     monkeypatch.setattr(storage, "_fresh_dir", denied)
     assert run("--out", "r") == 2
     one_line_error(capsys, "Permission denied")
@@ -129,8 +132,6 @@ def test_a_read_only_folder_is_one_line_and_leaves_the_results(proj, capsys, mon
 
 
 def test_an_unwritable_sweep_folder_is_one_line(proj, capsys, monkeypatch):
-    def denied(parent, prefix):
-        raise PermissionError(errno.EACCES, "Permission denied", str(parent))
     monkeypatch.setattr(storage, "_fresh_dir", denied)
     assert sweep("--out", "s") == 2
     one_line_error(capsys, "Permission denied")

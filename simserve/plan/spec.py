@@ -26,7 +26,7 @@ from pathlib import Path
 
 from simserve.errors import ConfigError, did_you_mean
 from simserve.runner.yamlio import line_of, load_located
-from simserve.runner.config import check_keys, where
+from simserve.runner.config import check_keys, check_top, where
 
 TOP_KEYS = ("name", "model", "workload", "slo", "hardware", "designs", "prices", "objective",
             "search")
@@ -35,7 +35,8 @@ SLO_KEYS = ("ttft_ms", "tbt_ms", "tpot_ms", "e2el_ms", "attainment", "targets")
 SEARCH_KEYS = ("frontier", "seeds", "rtol", "eta", "screen_requests", "routers_for_winner",
                "max_simulated")
 OBJECTIVES = ("cheapest", "goodput_per_dollar")
-ROUTED = {"vllm": "vllm-routed", "sarathi": "sarathi-routed"}  # policies a router can front
+# policies whose replicas sit behind their `router` option -> the policy simulated (itself)
+ROUTED = {"vllm": "vllm", "sarathi": "sarathi"}
 ROUTER_KEYS = ("router", "affinity_blocks", "affinity_load_factor")
 
 
@@ -117,15 +118,7 @@ def load_plan(path: str | Path) -> PlanSpec:
 
 
 def parse_plan(data: dict, src: str = "<dict>") -> PlanSpec:
-    _keys(data, TOP_KEYS, src, "")
-    for k in ("model", "workload", "slo", "hardware", "designs"):
-        if k not in data:
-            raise ConfigError(f"{src}: missing required key {k!r}")
-    from simserve.models import get_model
-    try:
-        model = get_model(str(data["model"])).name
-    except ValueError as exc:
-        raise ConfigError(f"{_where(src, data, 'model', 'model')}: {exc}") from None
+    model = check_top(data, TOP_KEYS, ("model", "workload", "slo", "hardware", "designs"), src)
     wl = data["workload"]
     if not isinstance(wl, dict):
         raise ConfigError(f"{_where(src, data, 'workload', 'workload')}: expected a mapping")
@@ -223,7 +216,7 @@ def _hardware(items, src: str) -> tuple[HardwareChoice, ...]:
 def _designs(items, src: str) -> tuple[DesignChoice, ...]:
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{src}: designs: expected a non-empty list")
-    from simserve.policies import get_policy, policy_names
+    from simserve.policies import ALIASES, get_policy, policy_names
     out = []
     for i, d in enumerate(items):
         path = f"designs[{i}]"
@@ -231,13 +224,11 @@ def _designs(items, src: str) -> tuple[DesignChoice, ...]:
             raise ConfigError(f"{_where(src, d if isinstance(d, dict) else items, path=path)}: "
                               "each design needs a 'policy'")
         name = str(d["policy"])
-        if name not in policy_names():
+        if name not in policy_names() and name not in ALIASES:
             raise ConfigError(f"{_where(src, d, 'policy', path + '.policy')}: unknown policy "
                               f"{name!r}{did_you_mean(name, policy_names())}")
         cls, _ = get_policy(name)
         allowed = ["policy"] + [f.name for f in dataclasses.fields(cls)]
-        if name in ROUTED:
-            allowed += list(ROUTER_KEYS)
         _keys(d, allowed, src, path)
         knobs = tuple((k, tuple(v) if isinstance(v, list) else (v,))
                       for k, v in d.items() if k != "policy")

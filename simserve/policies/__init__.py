@@ -10,11 +10,13 @@ Where names come from:
   (`[project.entry-points."simserve.policies"] toy = "toy_policy"`): loading the entry point
   imports the module, whose `@register("toy", ...)` registers it (docs/how-to/add-a-policy.md);
 - `register` itself, called at run time (a notebook or test defines a policy in place).
+`ALIASES` are deprecated names still accepted for an existing policy (with a warning).
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import warnings
 from typing import Callable
 
 from simserve.errors import ConfigError, did_you_mean
@@ -31,10 +33,11 @@ BUILTINS: dict[str, str] = {
     "muxwise": "simserve.policies.muxwise.engine",
     "neo": "simserve.policies.neo",
     "sarathi": "simserve.policies.sarathi",
-    "sarathi-routed": "simserve.policies.routing",
     "vllm": "simserve.policies.vllm",
-    "vllm-routed": "simserve.policies.routing",
 }
+# deprecated name -> the policy it now is: the routed variants became the `router` option
+ALIASES: dict[str, str] = {"sarathi-routed": "sarathi", "vllm-routed": "vllm"}
+_ALIAS_WARNINGS: dict = {}
 
 
 def register(name: str, config_cls: type):
@@ -68,7 +71,15 @@ def policy_names() -> list[str]:
 
 
 def get_policy(name: str) -> tuple[type, Callable]:
-    """(config class, build) of policy `name`, importing its module on first use."""
+    """(config class, build) of policy `name`, importing its module on first use; a deprecated
+    name (`ALIASES`) gives its policy's, with a FutureWarning."""
+    if name in ALIASES and name not in _REGISTRY:
+        # one line, once per process under the default filters (the registry)
+        warnings.warn_explicit(f"policy {name!r} is deprecated: use policy "
+                               f"{ALIASES[name]!r}, whose `router` option picks the router "
+                               f"(default least_outstanding)", FutureWarning,
+                               "simserve", 0, registry=_ALIAS_WARNINGS)
+        name = ALIASES[name]
     if name in _REGISTRY:
         return _REGISTRY[name]
     builtin = builtin_policies().get(name)

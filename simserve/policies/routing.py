@@ -1,5 +1,6 @@
-"""Routers in front of data-parallel replicas, and the `vllm-routed` / `sarathi-routed`
-policies that put one in front of `vllm`'s or `sarathi`'s replicas.
+"""Routers in front of data-parallel replicas: the `router` option of `vllm`, `sarathi`,
+`chunked` and their variants (num_gpus / tp replicas), applied by `vllm_engine.chunked_replicas`
+through `route`.
 
 A router is a function `on_arrival(rid)` that picks one replica and calls its `enqueue`:
 
@@ -22,13 +23,11 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
-from dataclasses import dataclass
 
 from simserve.errors import did_you_mean
-from simserve.policies import register
-from simserve.policies.vllm_engine_config import ChunkedConfig
 
 ROUTERS = ("least_outstanding", "round_robin", "least_kv", "prefix_affinity")
+DEFAULT_ROUTER = "least_outstanding"  # what `deploy`'s own router does for these replicas
 RING_POINTS = 64  # virtual nodes per replica on the consistent-hashing ring
 
 
@@ -36,6 +35,19 @@ def check_router(name: str) -> None:
     if name not in ROUTERS:
         raise ValueError(f"router: expected one of {', '.join(ROUTERS)}, got {name!r}"
                          f"{did_you_mean(str(name), ROUTERS)}")
+
+
+def check_router_options(router: str, affinity_blocks: int, affinity_load_factor: float) -> None:
+    """The `router` option and its prefix_affinity parameters, as a config's `validate` checks
+    them (a ValueError naming the field)."""
+    check_router(router)
+    if isinstance(affinity_blocks, bool) or not isinstance(affinity_blocks, int) \
+            or affinity_blocks < 1:
+        raise ValueError(f"affinity_blocks: expected a positive integer, got "
+                         f"{affinity_blocks!r}")
+    f = affinity_load_factor
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
+        raise ValueError(f"affinity_load_factor: expected a number >= 1, got {f!r}")
 
 
 def _h(*parts) -> int:
@@ -170,46 +182,12 @@ def make_router(name: str, targets: list, hash_ids=None, affinity_blocks: int = 
     return lambda rid: min(targets, key=_load).enqueue(rid)
 
 
-@dataclass(frozen=True, slots=True)
-class RoutedConfig(ChunkedConfig):
-    """`vllm`'s / `sarathi`'s parameters plus the router in front of its num_gpus / tp
-    replicas (see the module docstring)."""
-
-    router: str = "least_outstanding"  # round_robin, least_outstanding, least_kv, prefix_affinity
-    affinity_blocks: int = 2          # prefix_affinity: blocks of the prompt hashed onto the ring
-    affinity_load_factor: float = 1.25  # prefix_affinity: skip a replica above this × mean load
-
-    def validate(self) -> None:
-        ChunkedConfig.validate(self)
-        check_router(self.router)
-        if isinstance(self.affinity_blocks, bool) or not isinstance(self.affinity_blocks, int) \
-                or self.affinity_blocks < 1:
-            raise ValueError(f"affinity_blocks: expected a positive integer, got "
-                             f"{self.affinity_blocks!r}")
-        f = self.affinity_load_factor
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
-            raise ValueError(f"affinity_load_factor: expected a number >= 1, got {f!r}")
-
-
-def routed(ctx, cfg: RoutedConfig, build):
-    """`build(ctx, cfg)`'s deployment with its router replaced by `cfg.router`."""
-    dep = build(ctx, cfg)
-    targets = list(dep.engines)
-    router = make_router(cfg.router, targets, getattr(ctx.table, "hash_ids", None),
-                         cfg.affinity_blocks, cfg.affinity_load_factor, ctx.env,
-                         ctx.table.prompt)
-    dep.on_arrival = router
+def route(ctx, cfg, dep):
+    """The deployment `dep` of replicas with arrivals sent by `cfg.router` (its
+    `affinity_blocks`, `affinity_load_factor`). The default router keeps `deploy`'s own, which
+    makes the same choices: these replicas' `load()` counts their front end."""
+    if cfg.router != DEFAULT_ROUTER:
+        dep.on_arrival = make_router(cfg.router, list(dep.engines),
+                                     getattr(ctx.table, "hash_ids", None), cfg.affinity_blocks,
+                                     cfg.affinity_load_factor, ctx.env, ctx.table.prompt)
     return dep
-
-
-@register("vllm-routed", RoutedConfig)
-def build_vllm_routed(ctx, cfg: RoutedConfig):
-    from simserve.policies.vllm import build
-    return routed(ctx, cfg, build)
-
-
-@register("sarathi-routed", RoutedConfig)
-def build_sarathi_routed(ctx, cfg: RoutedConfig):
-    from simserve.policies.sarathi import build
-    return routed(ctx, cfg, build)
-

@@ -22,6 +22,7 @@ from simserve.cost import BatchShape, GpuCostModel
 from simserve.cost.host import client_host, engine_host
 from simserve.errors import ConfigError
 from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
+from simserve.policies.routing import route
 from simserve.policies.vllm_engine_config import ChunkedConfig
 from simserve.policies.vllm_intake import Intake
 from simserve.policies.vllm_kv import KvBook
@@ -316,9 +317,9 @@ class ChunkedEngine(EngineBase):
 
 
 def chunked_replicas(ctx: SimContext, cfg: ChunkedConfig, scheduler_cls: type):
-    """num_gpus / tp replicas of a `ChunkedEngine` running `scheduler_cls(cfg)` each; arrivals
-    go to the replica with the fewest requests (running + waiting), the lowest index on
-    ties. A policy's build function returns this."""
+    """num_gpus / tp replicas of a `ChunkedEngine` running `scheduler_cls(cfg)` each, behind
+    `cfg.router` (`routing.py`; default: the fewest requests, the lowest index on ties). A
+    policy's build function returns this."""
     G, tp, kind = ctx.hardware.num_gpus, cfg.tp, scheduler_cls.kind
     if G % tp:
         raise ConfigError(f"policy {kind}: tp={tp} does not divide num_gpus={G}")
@@ -327,4 +328,4 @@ def chunked_replicas(ctx: SimContext, cfg: ChunkedConfig, scheduler_cls: type):
         ctx.table.arrival[:] = 0.0
     engines = [ChunkedEngine(ctx, cfg, i, list(range(i * tp, (i + 1) * tp)), scheduler_cls(cfg))
                for i in range(G // tp)]
-    return deploy(ctx, kind, engines)
+    return route(ctx, cfg, deploy(ctx, kind, engines))

@@ -1,7 +1,10 @@
-"""Parameters of the chunked-prefill engines (`vllm`, `sarathi`) and vLLM's version defaults."""
+"""Parameters of the chunked-prefill engines (`vllm`, `sarathi`, `chunked`) and vLLM's version
+defaults."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from simserve.policies.routing import check_router_options
 
 # vLLM defaults by version (../shared/notes/hardware-and-models.md §5; vllm/engine/arg_utils.py):
 # API-server token budget 8192 / 1024 seqs on >= 70 GiB GPUs that are not A100, else 2048 / 256;
@@ -34,8 +37,7 @@ class ChunkedConfig:
     # used); None: vLLM's default for `vllm_version`, 0.90 up to 0.20, 0.92 from 0.21
     gpu_memory_utilization: float | None = None
     block_size: int = 16  # tokens per KV block (vLLM's default on CUDA)
-    # tensor-parallel degree of one engine; num_gpus / tp replicas run behind a router that
-    # sends each arrival to the replica with the fewest requests
+    # tensor-parallel degree of one engine; num_gpus / tp replicas run behind `router`
     tp: int = 1
     # iterations of at most `graph_max_tokens` tokens are priced as one CUDA-graph replay (the
     # profile's `graph_replay_us`), longer ones as eager launches; the KV budget also subtracts
@@ -88,6 +90,20 @@ class ChunkedConfig:
     # workload's arrival times, through the in-process client; token times are when the
     # client's output processor handled them, and the call returns at the last finish
     offline: bool = False
+    # how arrivals are spread over the num_gpus / tp replicas (simserve/policies/routing.py):
+    # "least_outstanding" = the fewest requests held (running, waiting and in the front end),
+    # the lowest index on ties; "round_robin" = in turn, whatever their load; "least_kv" = the
+    # lowest share of KV blocks in use, then the fewest requests; "prefix_affinity" = the
+    # replica that last served the longest prefix of the prompt (the trace's `hash_ids`, one
+    # per 512 tokens), else consistent hashing with bounded loads, as the SGLang router's
+    # cache-aware policy and llm-d's prefix scorer do (least_outstanding without `hash_ids`)
+    router: str = "least_outstanding"
+    # prefix_affinity: the fewest prompt blocks a remembered prefix must share to pin a
+    # request to its replica, and the blocks hashed onto the ring otherwise
+    affinity_blocks: int = 2
+    # prefix_affinity: a replica holding more than this × the mean load (+1) is skipped for
+    # the next one on the ring
+    affinity_load_factor: float = 1.25
 
     def validate(self) -> None:
         _version_tuple(self.vllm_version)
@@ -115,6 +131,7 @@ class ChunkedConfig:
         u = self.gpu_memory_utilization
         if u is not None and not (0 < u <= 1):
             raise ValueError(f"gpu_memory_utilization: expected a number in (0, 1], got {u!r}")
+        check_router_options(self.router, self.affinity_blocks, self.affinity_load_factor)
 
     def resolve(self, gpu_memory_gib: float, gpu_name: str) -> dict:
         big = gpu_memory_gib >= 70 and "a100" not in gpu_name

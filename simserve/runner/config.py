@@ -282,15 +282,21 @@ def _dataclass_from(cls, obj, src: str, path: str, rename: dict | None = None):
     return cfg
 
 
-def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
-    check_keys(data, TOP_KEYS, src, "")
-    for k in ("model", "workload", "policies"):
+def check_top(data: dict, allowed, required, src: str) -> str:
+    """A YAML file's top level (an experiment's or a plan's): no unknown key, every required
+    one present; returns the catalog name of its `model`."""
+    check_keys(data, allowed, src, "")
+    for k in required:
         if k not in data:
             raise ConfigError(f"{src}: missing required key {k!r}")
     try:
-        model = get_model(str(data["model"])).name
+        return get_model(str(data["model"])).name
     except ValueError as exc:
         raise ConfigError(f"{where(src, data, 'model', 'model')}: {exc}") from None
+
+
+def parse_experiment(data: dict, src: str = "<dict>") -> ExperimentConfig:
+    model = check_top(data, TOP_KEYS, ("model", "workload", "policies"), src)
     hw = _dataclass_from(HardwareConfig, data.get("hardware") or {}, src, "hardware")
     w = dict(data["workload"]) if isinstance(data["workload"], dict) else data["workload"]
     wl_obj = data["workload"]

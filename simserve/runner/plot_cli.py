@@ -91,14 +91,22 @@ def _title(cfg: dict, results: Path) -> str:
     return f"{name}: {', '.join(parts)}" if parts else name
 
 
-def _save(fig, out: Path, stem: str, formats) -> list[Path]:
+def _save(fig, out: Path, stem: str, formats, title: str | None = None) -> list[Path]:
+    """Write `fig` as out/stem.FORMAT for each format and close it; with `title`, the
+    results' title above the panels first (a figure without constrained layout)."""
+    import matplotlib.pyplot as plt
+
     from simserve.plots import declutter
+    if title is not None:
+        fig.suptitle(title, fontsize=10, color="0.3")
+        fig.tight_layout()
     declutter(fig)
     paths = []
     for fmt in formats:
         p = out / f"{stem}.{fmt}"
         fig.savefig(p, dpi=150, bbox_inches="tight")
         paths.append(p)
+    plt.close(fig)
     return paths
 
 
@@ -196,7 +204,7 @@ def _plot(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else results / "plots"
     out.mkdir(parents=True, exist_ok=True)
     title = _title(cfg, results)
-    save = lambda fig, stem: _save(fig, out, stem, formats)
+    save = lambda fig, stem, suptitle=None: _save(fig, out, stem, formats, suptitle)
     written = _latency_figure(records, targets, available, caps, styles, title, save)
     written += _attainment_figure(records, targets, cfg, caps, styles, title, save)
     if pts:
@@ -220,9 +228,7 @@ def _latency_figure(records, targets, available, caps, styles, title, save) -> l
                      layout="constrained")
     plots.latency_panels(records, fig, metrics=metrics, targets=targets, capacities=caps,
                          styles=styles, title=f"Latency vs request rate — {title}")
-    written = save(fig, "latency")
-    plt.close(fig)
-    return written
+    return save(fig, "latency")
 
 
 def _attainment_figure(records, targets, cfg, caps, styles, title, save) -> list[Path]:
@@ -243,11 +249,7 @@ def _attainment_figure(records, targets, cfg, caps, styles, title, save) -> list
         within = ", ".join(f"{k[:-3].upper()} {v:g} ms" for k, v in run_slo.items()
                            if v is not None)
         ax.set_title(f"SLO attainment — vLLM goodput: {within}", fontsize=11)
-    fig.suptitle(title, fontsize=10, color="0.3")
-    fig.tight_layout()
-    written = save(fig, "attainment")
-    plt.close(fig)
-    return written
+    return save(fig, "attainment", title)
 
 
 def _timeline_figure(pts, rate, seed, approx, styles, title, save) -> list[Path]:
@@ -267,11 +269,7 @@ def _timeline_figure(pts, rate, seed, approx, styles, title, save) -> list[Path]
     fig, ax = plt.subplots(figsize=(9, 5))
     plots.token_timeline(frame, ax, token_times=exact, by="_label", styles=styles)
     ax.set_title(f"Generated tokens over time at {rate:g} req/s (seed {seed})", fontsize=12)
-    fig.suptitle(title, fontsize=10, color="0.3")
-    fig.tight_layout()
-    written = save(fig, "timeline")
-    plt.close(fig)
-    return written
+    return save(fig, "timeline", title)
 
 
 def _formats(args) -> list[str]:

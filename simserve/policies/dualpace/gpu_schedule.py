@@ -19,9 +19,11 @@ swap_in=)`), so a variant replaces them without touching this module:
 - placement(candidates: PrefillCandidates) -> envelope.PrefillPlacement: where each FIFO
   candidate of step 5 goes; the first `num_admitted` are admitted, `dest[i]` "gpu" or "cpu".
 - swap_in(planner: RoundPlanner, mark: bool = False) -> None: the swap-in passes of steps 4
-  and 6 (append to `planner.plan.swap_in`), or with `mark` the deferred swap-in marks of
-  step 6 (append to `planner.plan.marks`); it keeps the planner's named round state (`rows`,
-  `tokens`, `gpu_free`, `peak_sum`, `q_peaks`) up to date for what it takes.
+  and 6, or with `mark` the deferred swap-in marks of step 6. A rule walks
+  `planner.swap_in_candidates(mark)` (FIFO order) and calls `planner.take_swap_in(r, mark)`
+  for each request it wants, which checks the round's limits, records `r` in the plan and
+  keeps the planner's named round state (`rows`, `tokens`, `gpu_free`, `peak_sum`,
+  `q_peaks`) up to date; it returns False when `r` does not fit (FIFO stops there).
 """
 from __future__ import annotations
 
@@ -106,29 +108,9 @@ def fifo_swap_in(p: "RoundPlanner", mark: bool = False) -> None:
     marked) its finish peak b̂ within the GPU pool. Step 6 with an empty CPU waiting queue
     (`mark` True): the same test over CPU-running requests not yet marked, which are marked
     for a future swap-in (`plan.marks`: b̂ and next-token HBM reserved, ownership kept)."""
-    eng, st, t, bs, plan = p.eng, p.eng.st, p.eng.ctx.table, p.bs, p.plan
-    chosen = set(plan.swap_in)
-    for r in st.cpu_running if mark else st.cpu_waiting:
-        if mark:
-            if st.marked[r]:
-                continue
-        elif r in chosen or t.generated[r] >= t.output[r]:
-            continue
-        elif not st.ready[r]:
+    for r in p.swap_in_candidates(mark):
+        if not p.take_swap_in(r, mark):
             break
-        if p.rows >= eng.max_seqs or p.tokens + 1 > eng.token_limit:
-            break
-        kv = -(-(int(t.computed[r]) + 1) // bs)
-        pk = int(st.peak[r]) if mark or not st.marked[r] else 0
-        if kv > p.gpu_free or p.peak_sum + pk > p.gcap:
-            break
-        (plan.marks if mark else plan.swap_in).append(r)
-        if pk:
-            p.q_peaks.insert(0, pk)
-        p.gpu_free -= kv
-        p.peak_sum += pk
-        p.rows += 1
-        p.tokens += 1
 
 
 class RoundPlanner:
@@ -146,6 +128,48 @@ class RoundPlanner:
         gp = eng.st.gpu_pool
         self.bs, self.gcap = gp.block_size, gp.num_blocks
         self.no_cpu = not getattr(eng.cfg, "prefill_to_cpu", True)
+
+    @property
+    def table(self):
+        """The request table the rules read (`prompt`, `output`, `computed`, `generated`, a
+        trace's extra columns in `attrs`)."""
+        return self.eng.ctx.table
+
+    def swap_in_candidates(self, mark: bool = False):
+        """The requests a swap-in pass looks at, in order: the CPU waiting queue's not yet
+        chosen, unfinished requests, up to the first one not ready (its prompt still being
+        copied); with `mark`, the CPU-running requests not yet marked."""
+        st, t = self.eng.st, self.eng.ctx.table
+        if mark:
+            yield from (r for r in st.cpu_running if not st.marked[r])
+            return
+        chosen = set(self.plan.swap_in)
+        for r in st.cpu_waiting:
+            if r in chosen or t.generated[r] >= t.output[r]:
+                continue
+            if not st.ready[r]:
+                return
+            yield r
+
+    def take_swap_in(self, r: int, mark: bool = False) -> bool:
+        """Swap request `r` in this round (with `mark`, mark it for a later swap-in) if it fits
+        the row and token limits, next-token HBM and, unless already marked, its finish peak
+        b̂ within the GPU pool; False (and nothing taken) otherwise."""
+        eng, st, t = self.eng, self.eng.st, self.eng.ctx.table
+        if self.rows >= eng.max_seqs or self.tokens + 1 > eng.token_limit:
+            return False
+        kv = -(-(int(t.computed[r]) + 1) // self.bs)
+        pk = int(st.peak[r]) if mark or not st.marked[r] else 0
+        if kv > self.gpu_free or self.peak_sum + pk > self.gcap:
+            return False
+        (self.plan.marks if mark else self.plan.swap_in).append(r)
+        if pk:
+            self.q_peaks.insert(0, pk)
+        self.gpu_free -= kv
+        self.peak_sum += pk
+        self.rows += 1
+        self.tokens += 1
+        return True
 
     def plan_round(self) -> Plan:
         eng, st = self.eng, self.eng.st
