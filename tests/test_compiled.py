@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 from pathlib import Path
 
