@@ -43,7 +43,9 @@ MODULES = (
     "simserve.hardware.attention", "simserve.hardware.functions",
     # the engines that run faster compiled: vLLM's family (vllm, sarathi, chunked),
     # ConfluxServe, MuxWise and DualPace (benchmarks/results/loop-compiled-20261202.txt:
-    # NEO, LoongServe and DistServe ran 5-10 % faster compiled, left out for build time)
+    # NEO, LoongServe and DistServe ran 5-10 % faster compiled, left out for build time;
+    # vllm_loop, vLLM's async engine-core loop, ran slower compiled:
+    # benchmarks/results/vllm-loop-compiled-20261205.txt)
     "simserve.policies.queues", "simserve.policies.sarathi", "simserve.policies.sp_leap",
     "simserve.policies.sp_ranks", "simserve.policies.vllm", "simserve.policies.vllm_engine",
     "simserve.policies.vllm_intake", "simserve.policies.vllm_kv", "simserve.policies.vllm_leap",
