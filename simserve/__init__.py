@@ -10,9 +10,11 @@
 """
 from __future__ import annotations
 
-from simserve.compiled import install_finder as _install_finder
+from simserve.compiled import install as _install_compiled
 
-_install_finder()  # the hot modules' compiled copies, while fresh (simserve/compiled.py)
+# before any other simserve module is imported: SIMSERVE_PURE_PYTHON, and compiled modules
+# older than their source (simserve/compiled.py)
+_install_compiled()
 
 # public name -> "module:attribute", imported on first access
 _LAZY = {

@@ -1,22 +1,23 @@
-"""Cython-compiled copies of simserve's hot modules, and the rule for when they are used.
+"""simserve's hot modules, compiled with Cython where the install compiled them.
 
 The simulator's inner loops (engines, leaping, pricing, the request table, the KV pool) are
-plain Python. Installing the package (`pip install .` or `pip install -e .`) also compiles the
-modules in `MODULES` with Cython (`setup.py`) into `simserve/_compiled/`: unchanged, except
-that a module's `.pxd`, where it has one, gives a few of its loops C types (docs/
-architecture.md, "Compiled hot modules"). Their results are the same floats, bit for bit
-(`tests/test_compiled.py` runs policies both ways): the same operations in the same order, no
-fused multiply-add (`-ffp-contract=off`), numpy still does the array work. A compiled module
-only runs the loop faster (the README's Speed section compares the two).
+plain Python. A wheel, and `pip install .`, also compile the modules in `MODULES` with Cython
+(`setup.py`): each `.py` as it is, with the C types of the `.pxd` beside it where it has one
+(docs/architecture.md, "Compiled hot modules"), into an extension module beside the `.py`,
+which Python's import system then prefers. The results are the same floats, bit for bit: the
+same operations in the same order, no fused multiply-add (`-ffp-contract=off`), numpy still
+does the array work (`tests/test_compiled.py` compares a built wheel with the source). An
+editable install (`pip install -e .`) runs pure Python unless compiled on request
+(`SIMSERVE_COMPILE=1 pip install -e .`).
 
-The `.py` file stays the source of truth. `install_finder` (called by `import simserve`) puts
-a finder first on `sys.meta_path` that loads a module's compiled copy only while the
-source's sha256 (its .py and .pxd) equals the one recorded when it was built
-(`_compiled/manifest.json`); an edited module runs from its source, with one warning per
-process naming the first such module (rebuild: `pip install -e .`). Nothing compiled (no compiler, `SIMSERVE_NO_COMPILE=1` at
-install) means pure Python everywhere; `SIMSERVE_PURE_PYTHON=1` makes a process ignore
-the compiled copies. `simserve --version` says how many modules run compiled; `status`
-lists each.
+`install` (called by `import simserve`, before any other simserve module is imported):
+- `SIMSERVE_PURE_PYTHON=1` runs the process from the `.py` files even where compiled modules
+  are installed: a path hook gives simserve's own package folders a standard `FileFinder`
+  that knows source and bytecode but no extension modules;
+- in a checkout (a `setup.py` beside the package), a compiled module older than its `.py` or
+  `.pxd` (edited since it was compiled) would silently run the old code: the process then
+  runs from source, with one warning naming the module.
+`simserve --version` says how many hot modules run compiled (`summary`).
 
 A module joins `MODULES` when a profile shows its own time in a loop; it must not depend on
 Python integers wider than 64 bits (Cython's inferred C integers raise OverflowError past
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec
+from importlib.machinery import (BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, SOURCE_SUFFIXES,
+                                 FileFinder, SourceFileLoader, SourcelessFileLoader)
 from pathlib import Path
 
 MODULES = (
@@ -40,9 +42,10 @@ MODULES = (
     "simserve.cost.gpu", "simserve.cost.host", "simserve.cost.smshare", "simserve.cost.sp",
     "simserve.hardware.attention", "simserve.hardware.functions",
     # the engines that run faster compiled: vLLM's family (vllm, sarathi, chunked),
-    # ConfluxServe, MuxWise and DualPace (1.08x since its pricing and request-table loops
-    # are typed; it ran 5-10 % slower in the first build). NEO, LoongServe and DistServe ran
-    # 5-10 % faster (benchmarks/results/loop-compiled-20261202.txt): left out, for build time.
+    # ConfluxServe, MuxWise and DualPace (benchmarks/results/loop-compiled-20261202.txt:
+    # NEO, LoongServe and DistServe ran 5-10 % faster compiled, left out for build time;
+    # vllm_loop, vLLM's async engine-core loop, ran slower compiled:
+    # benchmarks/results/vllm-loop-compiled-20261205.txt)
     "simserve.policies.queues", "simserve.policies.sarathi", "simserve.policies.sp_leap",
     "simserve.policies.sp_ranks", "simserve.policies.vllm", "simserve.policies.vllm_engine",
     "simserve.policies.vllm_intake", "simserve.policies.vllm_kv", "simserve.policies.vllm_leap",
@@ -65,8 +68,7 @@ DIRECTIVES = {"language_level": 3, "annotation_typing": False, "infer_types": Tr
               "overflowcheck": True, "binding": False}
 
 PACKAGE = Path(__file__).resolve().parent
-OUT_DIR = "_compiled"              # beside the package's modules: simserve/_compiled/...
-MANIFEST = "manifest.json"         # module -> source sha256 and compiled file, at build time
+_from_source: set[str] = set()  # the package folders run_from_source was called for
 
 
 def source_path(module: str, package: Path = PACKAGE) -> Path:
@@ -74,120 +76,101 @@ def source_path(module: str, package: Path = PACKAGE) -> Path:
     return package.joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
-def compiled_relpath(module: str, suffix: str) -> str:
-    """Where the compiled copy lies under `<package>/_compiled/` (posix path)."""
-    parts = module.split(".")[1:]
-    return "/".join([*parts[:-1], parts[-1] + suffix])
+def compiled_path(module: str, package: Path = PACKAGE) -> Path | None:
+    """The extension module that the import system would load for `module` instead of its
+    .py (the first of this Python's extension suffixes found beside it), or None."""
+    src = source_path(module, package)
+    stem = src.with_suffix("")
+    for suffix in EXTENSION_SUFFIXES:
+        path = stem.parent / (stem.name + suffix)
+        if path.is_file():
+            return path
+    return None
 
 
-def source_sha256(path: Path) -> str:
-    """The sha256 of a module's source: its .py, and its .pxd when it has one (the C types
-    its compiled copy declares; the wheel ships it, so an installed module hashes the same)."""
-    import hashlib  # (imported on first use: `import simserve` stays fast)
-    h = hashlib.sha256(path.read_bytes())
-    pxd = path.with_suffix(".pxd")
-    if pxd.is_file():
-        h.update(pxd.read_bytes())
-    return h.hexdigest()
-
-
-class CompiledFinder:
-    """Finds the compiled copy of a module in `modules` when it is fresh (see the module's
-    docstring); otherwise defers to the normal import of the source."""
-
-    def __init__(self, package: Path = PACKAGE, modules=MODULES):
-        self.package = package
-        self.modules = frozenset(modules)
-        self._manifest: dict | None = None
-        self._warned = False
-
-    def manifest(self) -> dict:
-        if self._manifest is None:
-            import json
-            try:
-                m = json.loads((self.package / OUT_DIR / MANIFEST).read_text())
-                self._manifest = m.get("modules", {}) if isinstance(m, dict) else {}
-            except (OSError, ValueError):
-                self._manifest = {}
-        return self._manifest
-
-    def state(self, module: str) -> str:
-        """'compiled', 'stale' (the source changed since the build), 'absent' (not built,
-        or built for another Python) or 'disabled' (SIMSERVE_PURE_PYTHON)."""
-        if os.environ.get("SIMSERVE_PURE_PYTHON"):
-            return "disabled"
-        entry = self.manifest().get(module)
-        if entry is None or not any(entry["file"].endswith(s) for s in EXTENSION_SUFFIXES) \
-                or not (self.package / OUT_DIR / entry["file"]).is_file():
-            return "absent"
+def stale_modules(package: Path = PACKAGE, modules=MODULES) -> list[str]:
+    """The modules whose compiled file is older than their .py or .pxd (one directory
+    listing per package folder: `import simserve` runs it in a checkout)."""
+    folders: dict[str, dict[str, str]] = {}  # folder -> {module's file stem: module}
+    for m in modules:
+        *pkg, stem = m.split(".")[1:]
+        folders.setdefault(os.path.join(package, *pkg), {})[stem] = m
+    out = []
+    for folder, stems in folders.items():
         try:
-            fresh = source_sha256(source_path(module, self.package)) == entry["sha256"]
+            names = os.listdir(folder)
         except OSError:
-            return "absent"
-        return "compiled" if fresh else "stale"
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.modules:
-            return None
-        state = self.state(fullname)
-        if state == "stale" and not self._warned:
-            self._warned = True
-            print(f"simserve: {fullname} changed since it was compiled; running it (and "
-                      "any other changed module) from source; rebuild with `pip install -e .`",
-                      file=sys.stderr)
-        if state != "compiled":
-            return None
-        origin = str(self.package / OUT_DIR / self.manifest()[fullname]["file"])
-        return ModuleSpec(fullname, ExtensionFileLoader(fullname, origin), origin=origin)
+            continue
+        for name in names:
+            suffix = next((s for s in EXTENSION_SUFFIXES if name.endswith(s)), None)
+            m = stems.get(name[:-len(suffix)]) if suffix else None
+            if m is None:
+                continue
+            src = os.path.join(folder, name[:-len(suffix)])
+            newest = max((os.stat(p).st_mtime for p in (src + ".py", src + ".pxd")
+                          if os.path.isfile(p)), default=0.0)
+            if os.stat(os.path.join(folder, name)).st_mtime < newest:
+                out.append(m)
+    return sorted(out, key=modules.index)
 
 
-_FINDER: CompiledFinder | None = None
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
 
 
-def install_finder() -> None:
-    """Put the finder first on sys.meta_path (once per process)."""
-    global _FINDER
-    if _FINDER is None:
-        _FINDER = CompiledFinder()
-        sys.meta_path.insert(0, _FINDER)
+def source_only_hook(roots: tuple[str, ...]):
+    """A `sys.path_hooks` entry: for a folder under one of `roots`, a FileFinder that loads
+    .py and .pyc files but no extension modules; any other folder is left to the next hook."""
+    def hook(path: str):
+        if not any(_under(os.path.realpath(path or "."), r) for r in roots):
+            raise ImportError("not a simserve package folder")
+        return FileFinder(path, (SourceFileLoader, SOURCE_SUFFIXES),
+                          (SourcelessFileLoader, BYTECODE_SUFFIXES))
+    return hook
+
+
+def run_from_source(package: Path = PACKAGE) -> None:
+    """From now on, this process imports the modules under `package` from their .py files."""
+    root = os.path.realpath(package)
+    if root in _from_source:
+        return
+    sys.path_hooks.insert(0, source_only_hook((root,)))
+    for key in [k for k in sys.path_importer_cache if _under(os.path.realpath(k or "."), root)]:
+        del sys.path_importer_cache[key]  # finders made before the hook (this module's own)
+    _from_source.add(root)
+
+
+def install(package: Path = PACKAGE, modules=MODULES) -> None:
+    """Called by `import simserve` (see the module's docstring)."""
+    if os.environ.get("SIMSERVE_PURE_PYTHON"):
+        run_from_source(package)
+    elif (package.parent / "setup.py").is_file():  # a checkout, maybe compiled in place
+        stale = stale_modules(package, modules)
+        if stale:
+            more = f" (and {len(stale) - 1} more)" if len(stale) > 1 else ""
+            print(f"simserve: {stale[0]}{more} changed since it was compiled; running from "
+                  "source (recompile: SIMSERVE_COMPILE=1 pip install -e .)", file=sys.stderr)
+            run_from_source(package)
 
 
 def status() -> dict[str, str]:
-    """Each module of `MODULES` and how it runs in this process: 'compiled', 'stale',
-    'absent', 'disabled' (see `CompiledFinder.state`) or 'source' (imported from source
-    before the finder was installed)."""
-    finder = _FINDER or CompiledFinder()
+    """Each module of `MODULES` and how it runs in this process: 'compiled' or 'source' (an
+    imported module by its file's suffix; one not imported yet by what the import would
+    find)."""
     out = {}
     for m in MODULES:
         mod = sys.modules.get(m)
-        if mod is not None and not str(getattr(mod, "__file__", "")).endswith(".py"):
-            out[m] = "compiled"
+        if mod is not None:
+            compiled = str(getattr(mod, "__file__", "")).endswith(tuple(EXTENSION_SUFFIXES))
         else:
-            st = finder.state(m)
-            out[m] = "source" if mod is not None and st == "compiled" else st
+            compiled = os.path.realpath(PACKAGE) not in _from_source and \
+                compiled_path(m) is not None
+        out[m] = "compiled" if compiled else "source"
     return out
 
 
 def summary() -> str:
     """One line: how many of the hot modules run compiled."""
-    s = status()
-    n = sum(v == "compiled" for v in s.values())
-    other = sorted({v for v in s.values() if v != "compiled"})
-    line = f"compiled modules: {n}/{len(s)}" + (f" (others {', '.join(other)})" if other else "")
-    if n == 0:
-        failed = build_failure()
-        line = "pure Python; " + line + (f"; not compiled at install: {failed}" if failed
-                                         else "")
-    return line
-
-
-BUILD_FAILED = "BUILD_FAILED"  # written into OUT_DIR by setup.py when compiling fails
-
-
-def build_failure(package_dir: Path | None = None) -> str | None:
-    """Why the install's compile failed, as setup.py recorded it, or None."""
-    path = (package_dir or Path(__file__).resolve().parent) / OUT_DIR / BUILD_FAILED
-    try:
-        return path.read_text().strip() or "no reason recorded"
-    except OSError:
-        return None
+    n = sum(v == "compiled" for v in status().values())
+    line = f"compiled modules: {n}/{len(MODULES)}"
+    return line if n else "pure Python; " + line

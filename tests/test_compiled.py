@@ -1,82 +1,38 @@
-"""The compiled copies of the hot modules (simserve/compiled.py, setup.py): loaded only while
-their source is unchanged, and giving the same results, bit for bit, as the source."""
+"""The compiled hot modules (simserve/compiled.py, setup.py): SIMSERVE_PURE_PYTHON runs the
+source where compiled modules are installed, a compiled module older than its source is not
+run silently, and a built wheel gives the same results, bit for bit, as the source."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader
+from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 from pathlib import Path
 
 import pytest
 
 from simserve import compiled
-from simserve.compiled import CompiledFinder
-from tests.traces import needs_trace
+from tests.traces import find_trace, needs_trace
 
 ROOT = Path(__file__).resolve().parent.parent
-MOD = "simserve.pkg.hot"
+SUFFIX = EXTENSION_SUFFIXES[0]
 
 
-def _package(tmp_path: Path, built: bool = True, pxd: str | None = None) -> Path:
-    """A package folder with one module (and its .pxd, if given) and, if `built`, its
-    'compiled copy' (a placeholder file: the finder only locates it) in the manifest as
-    setup.py writes it."""
-    pkg = tmp_path / "simserve"
-    (pkg / "pkg").mkdir(parents=True)
-    src = pkg / "pkg" / "hot.py"
-    src.write_text("X = 1\n")
-    if pxd is not None:
-        src.with_suffix(".pxd").write_text(pxd)
-    if built:
-        rel = compiled.compiled_relpath(MOD, EXTENSION_SUFFIXES[0])
-        out = pkg / compiled.OUT_DIR / rel
-        out.parent.mkdir(parents=True)
-        out.write_bytes(b"")
-        (pkg / compiled.OUT_DIR / compiled.MANIFEST).write_text(json.dumps(
-            {"modules": {MOD: {"sha256": compiled.source_sha256(src), "file": rel}}}))
+def _package(tmp_path: Path, name: str = "hotpkg") -> Path:
+    """A checkout-like folder: setup.py beside a package whose module `hot` has a source and
+    an 'extension module' beside it (not a real one: loading it fails)."""
+    (tmp_path / "setup.py").write_text("")
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "hot.py").write_text("WHERE = 'source'\n")
+    (pkg / f"hot{SUFFIX}").write_bytes(b"not an ELF file")
     return pkg
 
 
-def test_finder_takes_a_fresh_copy_and_leaves_a_stale_one(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("SIMSERVE_PURE_PYTHON", raising=False)
-    pkg = _package(tmp_path)
-    f = CompiledFinder(pkg, [MOD])
-    spec = f.find_spec(MOD)
-    assert f.state(MOD) == "compiled"
-    assert isinstance(spec.loader, ExtensionFileLoader) and spec.name == MOD
-    assert Path(spec.origin).parent == pkg / compiled.OUT_DIR / "pkg"
-    assert f.find_spec("simserve.pkg.other") is None  # not a listed module
-    monkeypatch.setenv("SIMSERVE_PURE_PYTHON", "1")
-    assert f.state(MOD) == "disabled" and f.find_spec(MOD) is None
-    monkeypatch.delenv("SIMSERVE_PURE_PYTHON")
-    (pkg / "pkg" / "hot.py").write_text("X = 2\n")  # edited since the build
-    assert f.state(MOD) == "stale" and f.find_spec(MOD) is None and f.find_spec(MOD) is None
-    err = capsys.readouterr().err
-    assert err.count("changed since it was compiled") == 1 and MOD in err
-
-
-def test_a_changed_pxd_makes_the_copy_stale(tmp_path, monkeypatch):
-    """The C types a module's .pxd declares are part of its compiled copy's source."""
-    monkeypatch.delenv("SIMSERVE_PURE_PYTHON", raising=False)
-    pkg = _package(tmp_path)
-    (pkg / "pkg" / "hot.pxd").write_text("cdef long X\n")  # added after the build
-    assert CompiledFinder(pkg, [MOD]).state(MOD) == "stale"
-    pkg = _package(tmp_path / "b", pxd="cdef long X\n")
-    assert CompiledFinder(pkg, [MOD]).state(MOD) == "compiled"
-    (pkg / "pkg" / "hot.pxd").write_text("cdef double X\n")
-    assert CompiledFinder(pkg, [MOD]).state(MOD) == "stale"
-
-
-def test_finder_without_a_build(tmp_path, monkeypatch):
-    monkeypatch.delenv("SIMSERVE_PURE_PYTHON", raising=False)
-    pkg = _package(tmp_path, built=False)
-    f = CompiledFinder(pkg, [MOD])
-    assert f.state(MOD) == "absent" and f.find_spec(MOD) is None
-    pkg = _package(tmp_path / "b")
-    next((pkg / compiled.OUT_DIR).rglob("hot*")).unlink()  # listed, file gone
-    assert CompiledFinder(pkg, [MOD]).state(MOD) == "absent"
+def _age(path: Path, seconds: float) -> None:
+    st = path.stat()
+    os.utime(path, (st.st_atime - seconds, st.st_mtime - seconds))
 
 
 def test_listed_modules_exist_and_keep_to_64_bits():
@@ -88,17 +44,89 @@ def test_listed_modules_exist_and_keep_to_64_bits():
     assert "simserve.sim.prefix_cache" not in compiled.MODULES
 
 
+def test_source_only_hook_skips_extension_modules_in_its_folders_only(tmp_path):
+    pkg = _package(tmp_path)
+    # the import system's own choice: the extension module beside the .py
+    assert PathFinder.find_spec("hot", [str(pkg)]).origin.endswith(SUFFIX)
+    hook = compiled.source_only_hook((str(pkg.resolve()),))
+    assert hook(str(pkg)).find_spec("hot").origin == str(pkg / "hot.py")
+    with pytest.raises(ImportError):
+        hook(str(tmp_path))  # above the package: left to the next hook
+
+
+_IMPORT_HOT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from simserve import compiled
+if sys.argv[2] == "pure":
+    compiled.run_from_source(Path(sys.argv[1]) / "hotpkg")
+elif sys.argv[2] == "install":
+    compiled.install(Path(sys.argv[1]) / "hotpkg", ["hotpkg.hot"])
+import hotpkg.hot
+print(hotpkg.hot.WHERE)
+"""
+
+
+def _import_hot(tmp_path: Path, how: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SIMSERVE_PURE_PYTHON"}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-c", _IMPORT_HOT, str(tmp_path), how], env=env,
+                          capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_run_from_source_imports_the_py_where_an_extension_module_is_installed(tmp_path):
+    _package(tmp_path)
+    plain = _import_hot(tmp_path, "plain")  # the broken 'extension module' is what loads
+    assert plain.returncode != 0 and "ImportError" in plain.stderr
+    pure = _import_hot(tmp_path, "pure")
+    assert pure.returncode == 0 and pure.stdout.strip() == "source", pure.stderr
+
+
+def test_a_compiled_module_older_than_its_source_warns_and_runs_from_source(tmp_path):
+    pkg = _package(tmp_path)
+    so = pkg / f"hot{SUFFIX}"
+    assert compiled.stale_modules(pkg, ["hotpkg.hot"]) == []  # compiled after its source
+    _age(so, 60)
+    assert compiled.stale_modules(pkg, ["hotpkg.hot"]) == ["hotpkg.hot"]
+    out = _import_hot(tmp_path, "install")
+    assert out.returncode == 0 and out.stdout.strip() == "source", out.stderr
+    assert out.stderr.count("hotpkg.hot changed since it was compiled") == 1
+    # a .pxd edited after the compile makes it stale too
+    _age(so, -120)
+    (pkg / "hot.pxd").write_text("cdef long X\n")
+    assert compiled.stale_modules(pkg, ["hotpkg.hot"]) == []
+    _age(so, 60)
+    assert compiled.stale_modules(pkg, ["hotpkg.hot"]) == ["hotpkg.hot"]
+    # outside a checkout (an installed wheel: no setup.py beside the package) no check
+    (tmp_path / "setup.py").unlink()
+    assert _import_hot(tmp_path, "install").returncode != 0
+
+
+def test_version_says_pure_python_when_nothing_is_compiled():
+    env = {**os.environ, "SIMSERVE_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-m", "simserve", "--version"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0
+    assert out.stdout.strip().endswith(f"(pure Python; compiled modules: 0/"
+                                       f"{len(compiled.MODULES)})")
+
+
 # every policy family's compiled engine, a few hundred requests each (benchmarks/bench_loop.py)
 _DIGEST = r"""
 import hashlib, sys
+from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import bench_loop as B
+if sys.argv[2] == "installed":  # the installed simserve, not the checkout bench_loop adds
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != B.ROOT]
+import simserve
 from simserve import compiled
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.run import simulate_point
 from simserve.runner.config import parse_experiment
 from simserve.runner.point import make_workload
-for label in sys.argv[2:]:
+for label in sys.argv[3:]:
     policy, s, params = B.CASES[label]
     cfg = parse_experiment({"model": s["model"], "hardware": s["hardware"],
         "workload": {"trace": s["trace"], "num_requests": 300, "arrival": "poisson",
@@ -111,40 +139,50 @@ for label in sys.argv[2:]:
               r.records.finish_s):
         h.update(a.tobytes())
     print(label, h.hexdigest(), r.stats["num_iterations"])
+print(Path(simserve.__file__).resolve().parent)
 print(compiled.summary())
 """
 _CASES = ["vllm-h100", "sarathi-h100", "neo-fig9a", "dualpace-fig9a", "chunked-fig12",
           "muxwise-fig12", "distserve-fig12", "loongserve-fig12", "conflux-fig12"]
+WHEEL_PYTHON = os.environ.get("SIMSERVE_WHEEL_PYTHON")
 
 
-@pytest.mark.skipif(not any(v == "compiled" for v in compiled.status().values()),
-                    reason="the hot modules are not compiled in this install")
+def _env(pure: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SIMSERVE_PURE_PYTHON",
+                                                             "PYTHONPATH")}
+    trace = find_trace("azure-conv")  # the installed package looks only where it is told
+    env.setdefault("SIMSERVE_TRACE_DIR", str(trace.parent) if trace else "")
+    if pure:
+        env.update(SIMSERVE_PURE_PYTHON="1", PYTHONPATH=str(ROOT))
+    return env
+
+
+@pytest.mark.skipif(not WHEEL_PYTHON, reason="no built wheel to compare: SIMSERVE_WHEEL_PYTHON "
+                    "names the python of a venv where the wheel is installed (.ci/run sets it)")
 @needs_trace("azure-conv")  # bench_loop's vLLM and DualPace cases replay it
-def test_compiled_results_equal_the_source():
-    def run(pure: bool) -> list[str]:
-        env = {k: v for k, v in os.environ.items() if k != "SIMSERVE_PURE_PYTHON"}
-        if pure:
-            env["SIMSERVE_PURE_PYTHON"] = "1"
-        out = subprocess.run([sys.executable, "-c", _DIGEST, str(ROOT / "benchmarks"), *_CASES],
-                             env=env, cwd=ROOT, capture_output=True, text=True)
-        assert out.returncode == 0, f"digest run (pure={pure}) failed:\n{out.stderr[-3000:]}"
+def test_the_built_wheel_gives_the_sources_results(tmp_path):
+    def run(python: str, pure: bool, mode: str) -> list[str]:
+        out = subprocess.run([python, "-c", _DIGEST, str(ROOT / "benchmarks"), mode, *_CASES],
+                             env=_env(pure), cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, f"digest run ({python}) failed:\n{out.stderr[-3000:]}"
         return out.stdout.splitlines()
-    fast, pure = run(False), run(True)
-    assert fast[-1].startswith("compiled modules: ") and not fast[-1].startswith(
-        "compiled modules: 0/")
-    assert pure[-1].startswith("pure Python; compiled modules: 0/")
-    assert fast[:-1] == pure[:-1] and len(fast) == len(_CASES) + 1
+    wheel, source = run(WHEEL_PYTHON, False, "installed"), run(sys.executable, True, "checkout")
+    n = len(compiled.MODULES)
+    assert wheel[-1] == f"compiled modules: {n}/{n}" and ROOT not in Path(wheel[-2]).parents
+    assert source[-1] == f"pure Python; compiled modules: 0/{n}"
+    assert Path(source[-2]) == ROOT / "simserve"
+    assert wheel[:-2] == source[:-2] and len(wheel) == len(_CASES) + 2
 
 
-def test_version_says_pure_python_and_why_when_nothing_is_compiled(tmp_path):
-    """A failed compile at install is recorded by setup.py (simserve/_compiled/BUILD_FAILED);
-    with no module compiled the one-line summary says "pure Python" and why. (A fresh
-    process: this one may have imported compiled modules already.)"""
-    env = {**os.environ, "SIMSERVE_PURE_PYTHON": "1"}
-    out = subprocess.run([sys.executable, "-m", "simserve", "--version"], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=False)
-    assert out.returncode == 0 and "(pure Python; compiled modules: 0/" in out.stdout
-    (tmp_path / compiled.OUT_DIR).mkdir()
-    assert compiled.build_failure(tmp_path) is None
-    (tmp_path / compiled.OUT_DIR / compiled.BUILD_FAILED).write_text("no C compiler\n")
-    assert compiled.build_failure(tmp_path) == "no C compiler"
+@pytest.mark.skipif(not WHEEL_PYTHON, reason="no built wheel: SIMSERVE_WHEEL_PYTHON is not set")
+def test_the_built_wheel_runs_from_source_when_asked_and_checks_a_policy(tmp_path):
+    code = ("import simserve.sim.leap as m; from simserve import compiled; "
+            "print(m.__file__); print(compiled.summary())")
+    out = subprocess.run([WHEEL_PYTHON, "-c", code], env=_env(False) | {
+        "SIMSERVE_PURE_PYTHON": "1"}, cwd=tmp_path, capture_output=True, text=True, check=True)
+    file, summary = out.stdout.splitlines()
+    assert file.endswith("leap.py") and summary.startswith("pure Python; compiled modules: 0/")
+    # check-policy's compiled-vs-source arm, on the installed compiled modules
+    out = subprocess.run([WHEEL_PYTHON, "-m", "simserve", "check-policy", "vllm", "-n", "100"],
+                         env=_env(False), cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0 and "compiled = source" in out.stdout, out.stdout + out.stderr
