@@ -156,8 +156,12 @@ def _main(a) -> int:
     for p in problems:
         print(p)
     if not problems:
+        from simserve.policies import make_config
+        cfg = make_config(a.name, _params(a.set))
+        leap = ("leaping = stepping" if getattr(cfg, "leap", False)
+                else "no leap switch: stepped only")
         also = "; compiled = source" if not a.no_compiled and _runs_compiled() else ""
-        print(f"{a.name}: every token once and in order; leaping = stepping{also}")
+        print(f"{a.name}: every token once and in order; {leap}{also}")
     return 1 if problems else 0
 
 

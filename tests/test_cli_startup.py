@@ -40,7 +40,8 @@ def test_help_lists_every_command_without_importing_them(capsys):
     mods = _modules_after("from simserve.cli import build_parser\n"
                           "build_parser(['--help'])")
     assert not {"numpy", "pandas", "scipy", "yaml", "simpy"} & mods
-    # (simserve.compiled: the finder `import simserve` installs, standard library only)
+    # (simserve.compiled: the SIMSERVE_PURE_PYTHON hook and stale-module guard that
+    # `import simserve` installs, standard library only)
     assert not any(m.startswith("simserve.") and m not in ("simserve.cli", "simserve.compiled")
                    for m in mods)
     with pytest.raises(SystemExit) as e:

@@ -176,3 +176,12 @@ def test_numeric_jsonl_keys_reach_the_workload(tmp_path):
                     ' "priority": 0, "tag": "y"}\n')
     w = load_trace(path)
     assert set(w.attrs) == {"priority"} and w.attrs["priority"].tolist() == [2, 0]
+
+
+def test_check_policy_claims_leaping_only_for_a_policy_that_leaps(capsys):
+    from simserve.cli import main
+    assert main(["check-policy", "loongserve", "-n", "40", "--num-gpus", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "no leap switch: stepped only" in out and "leaping = stepping" not in out
+    assert main(["check-policy", "vllm", "-n", "40", "--no-compiled"]) == 0
+    assert "leaping = stepping" in capsys.readouterr().out
