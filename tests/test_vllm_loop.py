@@ -12,32 +12,66 @@ from simserve.policies import vllm_engine
 from simserve.run import simulate_point
 from simserve.workload.spec import Workload
 
-# request 0 decodes alone; request 1's 2,000-token prompt arrives mid-run (an eager step)
-W = Workload(arrival_s=np.array([0.0, 0.3]), prompt_tokens=np.array([200, 2000]),
-             output_tokens=np.array([120, 4]))
+# request 0 decodes alone; request 1's prompt arrives mid-run
+def _work(prompt: int) -> Workload:
+    return Workload(arrival_s=np.array([0.0, 0.3]), prompt_tokens=np.array([200, prompt]),
+                    output_tokens=np.array([120, 4]))
 
 
-def _gaps(loop: bool, monkeypatch, **kw) -> np.ndarray:
+W = _work(2000)   # an eager step
+
+
+def _gaps(loop: bool, monkeypatch, w: Workload = W, **kw) -> np.ndarray:
     if not loop:
         monkeypatch.setattr(vllm_engine, "loop_calls", lambda host: None)
-    r = simulate_point(W, "llama-3.1-8b", HardwareConfig(gpu="h200-sxm"), "vllm", engine="vllm",
+    r = simulate_point(w, "llama-3.1-8b", HardwareConfig(gpu="h200-sxm"), "vllm", engine="vllm",
                        enable_prefix_caching=False, **kw).records
     return np.diff(r.token_times_s[:int(r.output_tokens[0])])
 
 
+def _launch_bound_gap(mode: str) -> float:
+    """H = the decode step's start + U(full); out = H + S + L + U of `mode` (launch-bound)."""
+    calls = load_profile("h200-sxm").overheads["engines"]["vllm-0.22.1"]["host_calls"]
+    e, f = calls[mode], calls["full"]
+    return (f["update_us"] + e["schedule_us"] + e["launch_us_per_layer"] * 32
+            + e["update_us"]) * 1e-6
+
+
 @pytest.mark.parametrize("leap", [True, False])
 def test_the_previous_steps_tokens_wait_for_an_eager_launch(monkeypatch, leap):
-    calls = load_profile("h200-sxm").overheads["engines"]["vllm-0.22.1"]["host_calls"]
-    e, f = calls["eager"], calls["full"]
-    # H = the decode step's start + U(full); out = H + S + L + U (launch-bound)
-    want = (f["update_us"] + e["schedule_us"] + e["launch_us_per_layer"] * 32
-            + e["update_us"]) * 1e-6
+    want = _launch_bound_gap("eager")
     with_loop = _gaps(True, monkeypatch, leap=leap)
     assert np.min(np.abs(with_loop - want)) < 0.2e-3
     monkeypatch.undo()
     without = _gaps(False, monkeypatch, leap=leap)
     assert np.min(np.abs(without - want)) > 1e-3
     assert len(with_loop) == len(without)
+
+
+@pytest.mark.parametrize("prompt, graph_max_tokens, mode", [
+    (300, None, "piecewise"), (300, 256, "eager"), (800, None, "eager"),
+    (800, 1024, "piecewise")])
+def test_the_launch_mode_follows_the_configured_graph_limit(monkeypatch, prompt,
+                                                            graph_max_tokens, mode):
+    """A prefill runs piecewise within the CUDA-graph limit (the profile's 512 by default,
+    else the configured one), eager beyond it: the previous step's tokens wait for that
+    launch."""
+    kw = {} if graph_max_tokens is None else {"graph_max_tokens": graph_max_tokens}
+    gaps = _gaps(True, monkeypatch, _work(prompt), **kw)
+    assert np.min(np.abs(gaps - _launch_bound_gap(mode))) < 0.2e-3
+
+
+def test_without_cuda_graphs_every_step_is_host_timed(monkeypatch):
+    """With CUDA graphs off every step runs eager: decode steps too are bound by the eager
+    launch (S + L + U of the eager mode per step, above the GPU's decode time)."""
+    calls = load_profile("h200-sxm").overheads["engines"]["vllm-0.22.1"]["host_calls"]
+    e = calls["eager"]
+    loop_s = (e["schedule_us"] + e["launch_us_per_layer"] * 32 + e["update_us"]) * 1e-6
+    gaps = _gaps(True, monkeypatch, _work(100), cuda_graphs=False)
+    assert np.median(gaps) == pytest.approx(loop_s, rel=0.02)
+    monkeypatch.undo()
+    plain = _gaps(False, monkeypatch, _work(100), cuda_graphs=False)
+    assert np.median(plain) < 0.8 * loop_s
 
 
 def test_sync_scheduling_has_no_loop(monkeypatch):
