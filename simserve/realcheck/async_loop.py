@@ -167,7 +167,7 @@ def compare_run(run_dir: str, calls: dict) -> dict | None:
     steps, queued = real_steps(run, sd, True)
     if any(s.update_t0 is None for s in steps):
         return None                              # no host-call log for this server
-    first = {}
+    first: dict = {}
     for m, s in enumerate(steps):
         for i in s.reqs:
             first.setdefault(i, m)
@@ -185,7 +185,7 @@ def compare_run(run_dir: str, calls: dict) -> dict | None:
         t = (max(t, steps[m].sched_t0) if idle[m] else t) + step[m]
         today[m] = t
     loop = loop_outputs(steps, shapes, gpu, calls, _layers(run.plan["model"]), graph_max(meta))
-    r = {"server": run.server, "plan": run.name}
+    r: dict = {"server": run.server, "plan": run.name}
     for name, out in (("real", real_out), ("today", today), ("loop", loop)):
         g = itl_ms(steps, out * 1e3)
         r[name] = {"p99_itl_ms": float(np.percentile(g, 99)), "mean_itl_ms": float(g.mean())}
@@ -206,7 +206,8 @@ def main(argv=None) -> int:
     from simserve.cost.host import engine_host
     from simserve.hardware.profile import load_profile
     fit = fit_host_calls([os.path.join(a.root, s) for s in a.fit])
-    prof = engine_host(load_profile("h200-sxm"), "vllm").host_calls
+    host = engine_host(load_profile("h200-sxm"), "vllm")
+    prof: dict = (host.host_calls if host is not None else None) or fit
     for m in MODES:
         f, p = fit[m], prof[m]
         print(f"{m:9s} fitted on {', '.join(a.fit)}: S {f['schedule_us']:4.0f} µs, "
@@ -218,7 +219,7 @@ def main(argv=None) -> int:
     dirs = [os.path.join(a.root, r) for r in a.runs] if a.runs else run_dirs(a.root)
     print(f"{'server/plan':46s} {'P99 ITL real':>12s} {'today':>13s} {'loop':>13s}   "
           f"{'mean ITL real':>13s} {'today':>13s} {'loop':>13s}")
-    errs = {"today": [], "loop": []}
+    errs: dict = {"today": [], "loop": []}
     for d in dirs:
         if "mooncake" in d:
             continue
@@ -234,8 +235,8 @@ def main(argv=None) -> int:
             errs[w].append(abs(r[w]["p99_itl_ms"] - r["real"]["p99_itl_ms"]) / r["real"]["p99_itl_ms"])
         held = "" if r["server"] in a.fit else "  (held out)"
         print(f"{r['server'] + '/' + r['plan']:46s} {cells[0]}   {cells[1]}{held}", flush=True)
-    for w, e in errs.items():
-        e = np.asarray(e) * 100
+    for w, el in errs.items():
+        e = np.asarray(el) * 100
         print(f"engine-side P99 ITL, {w}: mean |error| {e.mean():.1f} %, within 10 %: "
               f"{int((e <= 10).sum())} of {len(e)}")
     return 0
