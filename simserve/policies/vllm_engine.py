@@ -197,6 +197,8 @@ class ChunkedEngine(EngineBase):
         self.proc = env.active_process
         while True:
             if not self.running and not self.waiting:
+                if self.loop is not None:   # the last step's tokens go out at once
+                    self.loop.release()
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -213,6 +215,8 @@ class ChunkedEngine(EngineBase):
                 leap = leap and start == self.clock and loop.leaps(len(self.running))
                 self.clock = start
             if leap and self.leaper.start():
+                if loop is not None:   # a full-graph step: the last step's tokens went out
+                    loop.release()
                 yield from self.leaper.wait()
                 if loop is not None:
                     loop.leapt(self.intake.prev_start, self.leaper.last_ids, self.clock)
@@ -302,9 +306,15 @@ class ChunkedEngine(EngineBase):
         else:
             t.computed[ids] += n
             out = ids[sample]
-        done = t.emit(out, self.intake.delivered(self.clock, len(out)))
-        if self.loop is not None:
-            self.loop.applied(out, self.clock)
+        loop = self.loop
+        if loop is not None and t.on_finish is not None:   # a closed loop: finishes held
+            loop.held()
+            done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+            loop.restore()
+        else:
+            done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+        if loop is not None:
+            loop.applied(out, self.clock)
         if len(done):
             self.finish(done)
         self.sample()

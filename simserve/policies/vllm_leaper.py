@@ -248,7 +248,12 @@ class Leaper:
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=e.kv.pool.num_used, waiting=len(e.waiting))
         e.clock = ends[-1]
+        hold = e.loop is not None and t.on_finish is not None   # (see EngineLoop.held)
+        if hold:
+            e.loop.held()
         done = t.emit_steps(il, times, p.g)
+        if hold:
+            e.loop.restore()
         if len(done):
             e.finish(done)
         rec.num_iterations += k
@@ -271,7 +276,12 @@ class Leaper:
         nk = advance_steps(cv, bv, il, c, room, steps, k, bs, short)  # new blocks after all
         # k steps: `new_blocks_upto(room, r, k, bs)`
         emitted = t.num_emitted  # after the segments so far: + Σ min(steps[i], b) at bound b
+        hold = e.loop is not None and t.on_finish is not None   # (see EngineLoop.held)
+        if hold:
+            e.loop.held()
         done = t.emit_runs(il, times, p.g, steps)
+        if hold:
+            e.loop.restore()
         bounds = [s for s in p.starts[1:] if s < k] + [k]
         sizes = p.sizes[:len(bounds)]
         j = p.reach_step

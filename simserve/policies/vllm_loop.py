@@ -22,12 +22,16 @@ the loop adds is at the other steps (`host_step`): their GPU start waits for the
 the previous step's tokens wait for their launch (`shift`). A full-graph step leaves H at
 its start plus U (the previous output sent once the GPU finished it).
 
+A closed-loop client sends its next request when a stream ends, so the finishes of a step
+are released (the table's `on_finish`) only once the loop knows when that step's tokens go
+out: when the next step is priced (`held`, `release`), at the later of their delivery and
+the loop's send.
+
 Approximations: the previous step's tokens were already handed to the front end at their GPU
 end; a delayed token reaches its client at the later of the loop's send plus the front end's
 least delay (`lag`: its fixed output work and hand-off) and that delivery (the front end's
-queue is not re-run), and a closed-loop client's reaction to a finish
-(`on_finish`) keeps the undelayed time. A step with prefill chunks sends no earlier than
-the step before it (`applied`).
+queue is not re-run). A host-timed step sends no earlier than the step before it
+(`applied`).
 
 `realcheck.async_loop` replays this class on the real engine's own steps.
 """
@@ -79,6 +83,35 @@ class EngineLoop:
         self.last: tuple | None = None   # (ids, GPU end) of the last step's tokens (ids:
         # a list or an id array, read only by `shift`)
         self.sent: float | None = None   # when the step before the one pricing now sent
+        # finishes of the last step not yet released to a closed-loop client: (num, time)
+        self.finishes: list = []
+        self.finish_to = 0.0     # the earliest those may be released (the loop's send)
+        self.on_finish = None    # the table's on_finish while `held` collects
+
+    def held(self):
+        """Collect the finishes a step's emit reports instead of releasing them (the table's
+        `on_finish` swapped for the emit; call `restore` after it)."""
+        t = self.table
+        self.on_finish = t.on_finish
+        t.on_finish = self._hold
+        return self.on_finish
+
+    def restore(self) -> None:
+        self.table.on_finish = self.on_finish
+
+    def _hold(self, num: int, t: float) -> None:
+        self.finishes.append((num, t))
+
+    def release(self, to: float = 0.0) -> None:
+        """Release the held finishes: no earlier than `to` (the loop's send plus `lag`)."""
+        fin = self.finishes
+        if fin:
+            on_finish = self.table.on_finish
+            lo = max(to, self.finish_to)
+            for num, t in fin:
+                on_finish(num, t if t > lo else lo)
+            fin.clear()
+        self.finish_to = 0.0
 
     def mode(self, shape) -> str:
         return launch_mode(shape.num_tokens, not len(shape.prefill_chunks), self.graph_max)
@@ -90,6 +123,7 @@ class EngineLoop:
     def idle(self, now: float) -> None:
         """The engine had nothing to run until `now`: the last output was sent, the loop
         waits."""
+        self.release()
         self.last = None
         self.table.retire_hold = None
         self.H = self.cut = max(self.H, now)
@@ -101,6 +135,7 @@ class EngineLoop:
     def decoded(self, start: float) -> None:
         """A full-graph step (or a leap's last) began at `start`: the previous output was
         sent once the GPU finished it."""
+        self.release()
         self.H = start + self.calls["full"][1]
         self.cut = start
         self.sent = None
@@ -111,13 +146,17 @@ class EngineLoop:
         of it did (the loop sends in order)."""
         if self.sent is not None:
             self.shift(ids, self.sent + self.lag)
+            self.finish_to = self.sent + self.lag
         self.last = (ids, g_end)
         # a later host-timed step may still delay these tokens: streaming keeps them until then
         self.table.retire_hold = ids
 
     def leapt(self, start: float, ids: list, g_end: float) -> None:
-        """A leap whose last step began at `start` and ended at `g_end`, running `ids`."""
-        self.decoded(start)
+        """A leap whose last step began at `start` and ended at `g_end`, running `ids` (its
+        finishes, held, stay held until the next step is priced)."""
+        self.H = start + self.calls["full"][1]
+        self.cut = start
+        self.sent = None
         self.last = (ids, g_end)
         self.table.retire_hold = ids
 
@@ -132,8 +171,10 @@ class EngineLoop:
             ids, g_end = self.last
             out = max(g_end, H + S + L) + U
             self.shift(ids, out + self.lag)
+            self.release(out + self.lag)
             self.H = self.sent = out
         else:
+            self.release()
             self.H = H + S + L
             self.sent = None
         self.cut = self.H
