@@ -15,6 +15,8 @@ SIMSERVE_PURE_PYTHON=1 every case runs from the Python source.
 Cases (each policy at its paper's setting; `vllm` also at bar 2's point):
 - vllm-h100: Llama-3.1-8B, 1x H100, the first 2,000 Azure-Conversation requests at 4 req/s,
   budget 2048 (issue 14's point); sarathi the same point with its defaults;
+- vllm-h200: the same requests at 8 req/s on 1x H200 with `engine: vllm`, the measured host
+  path: the API-server front end and the async engine-core loop (`policies/vllm_loop.py`);
 - vllm / neo / dualpace: DualPace Fig. 9a, Llama-3.1-8B on one RTX 4090 with 12 cores of a
   Xeon Silver 4510 over PCIe 4 x16, 2,000 Azure-Conversation requests at 3.5 req/s;
 - chunked / muxwise / distserve / loongserve / conflux: ConfluxServe Fig. 12, Qwen3-14B on
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's simserve (it need not be instal
 
 H100 = dict(model="llama-3.1-8b", trace="azure-conv", n=2000, rate=4.0,
             hardware=dict(gpu="h100-sxm", num_gpus=1))
+H200 = dict(H100, rate=8.0, hardware=dict(gpu="h200-sxm", num_gpus=1))
 FIG9A = dict(model="llama-3.1-8b", trace="azure-conv", n=2000, rate=3.5,
              hardware=dict(gpu="rtx4090", num_gpus=1, cpu="xeon-silver-4510", cpu_cores=12,
                            pcie="pcie4-x16"))
@@ -60,6 +63,7 @@ CASES = {  # label: (policy, setting, policy parameters)
     "loongserve-fig12-low": ("loongserve", FIG12_LOW, {"scheduler": "fcfs"}),
     "conflux-fig12": ("conflux", FIG12, {"scheduler": "slo", "ttft_ms": 2000, "tbt_ms": 100}),
     "conflux-mooncake": ("conflux", MOONCAKE, {}),
+    "vllm-h200": ("vllm", H200, {"engine": "vllm"}),
 }
 
 

@@ -110,11 +110,6 @@ class GpuCostModel:
         # per-iteration overheads added to the forward when no engine is given
         self.host = host
         self.overlap = bool(host is not None and host.async_scheduling)
-        # the async loop's host calls bound a prefill step from below (`_loop_us`)
-        calls = getattr(host, "host_calls", None) if self.overlap else None
-        self.loop_calls = calls or None
-        self.loop_graph_max = max(host.capture_sizes) if self.loop_calls and host.capture_sizes \
-            else int(gpu.overheads.get("graph_max_tokens", 512))
         if host is not None:
             self.iter_us, self.per_seq_us = host.step_us, host.step_per_seq_us
             self.per_token_us = host.step_per_token_us
@@ -248,24 +243,11 @@ class GpuCostModel:
         return (self.layers_us(tokens, gpu_layer_us) + self._lm[sample_rows]) * self._situ[tokens]
 
     def step_s(self, b: BatchShape) -> float:
-        """Duration of one iteration in seconds: its host work and its forward combined."""
+        """Duration of one iteration in seconds: its host work and its forward combined (the
+        async engine-core loop's host calls, where measured, are the vLLM-family runtime's:
+        `policies/vllm_loop.py`)."""
         base = self._host_us(b.num_prefills + b.num_decodes, b.num_tokens)
-        if self.loop_calls is not None and b.num_prefills:
-            base = max(base, self._loop_us(b.num_tokens))
         return float(self._combine(base, self._forward_step_us(b))) * 1e-6
-
-    def _loop_us(self, num_tokens: int) -> float:
-        """One async engine-core loop iteration around a step with prefill chunks (µs):
-        schedule it, prepare and launch it (piecewise CUDA graphs within the capture sizes,
-        eager beyond: per layer), process the previous step's output. Decode-only steps
-        replay one full graph and stay within the fitted per-step host work; eager steps are
-        not bounded (GPU-bound)."""
-        calls = self.loop_calls or {}
-        c = calls.get("piecewise") if num_tokens <= self.loop_graph_max else None
-        if c is None:  # an eager step is GPU-bound: its launch delays the previous output
-            return 0.0
-        return (float(c["schedule_us"]) + float(c["update_us"])
-                + float(c["launch_us_per_layer"]) * self.num_layers)
 
     def _forward_step_us(self, b: BatchShape):
         cmax = b.decode_ctx_max

@@ -100,24 +100,23 @@ class ChunkedEngine(EngineBase):
         self.prefill_tokens = 0  # prompt (and recomputed) tokens computed, prefix hits excluded
         self.kv_summary = dict(kv.summary(), num_gpu_blocks=blocks, **r)
         host = self._host(cfg, hw)
-        calls = loop_calls(host) if cfg.cuda_graphs else None
-        # with the engine-core loop its host calls time the steps, not a bound on each
-        step_host = dataclasses.replace(host, host_calls=None) if calls else host
         self.cost = cost_model(ctx, lambda: GpuCostModel(
             ctx.model, hw.gpu, cfg.tp, hw.nvlink, cfg.cuda_graphs,
             table_tokens=max(self.budget, self.max_seqs), mixed_attention=cfg.mixed_attention,
-            graph_max_tokens=cfg.graph_max_tokens, host=step_host), f"policy {self.kind}")
+            graph_max_tokens=cfg.graph_max_tokens, host=host), f"policy {self.kind}")
         # the API-server front end (admission and token delivery contend for one CPU)
         self.intake = Intake(ctx, self, host.make_frontend() if host is not None else None,
                              host is not None and not host.ideal and host.async_scheduling)
         self.leaper = Leaper(self)
         # vLLM's async engine-core loop (`vllm_loop.py`), where its host calls were measured
+        # (its launch modes cut at the cost model's CUDA-graph limit: 0 without graphs)
         self.loop = None
+        calls = loop_calls(host)
         if calls and self.intake.async_:
             fe = self.intake.frontend
             self.loop = self.intake.loop = EngineLoop(
-                ctx.table, calls, max(host.capture_sizes) if host.capture_sizes else 512,
-                ctx.model.num_layers, fe.out_s + fe.out_delay_s if fe is not None else 0.0)
+                ctx.table, calls, self.cost.graph_max, ctx.model.num_layers,
+                fe.out_s + fe.out_delay_s if fe is not None else 0.0)
         self.leap = leaps(scheduler, cfg.leap)
         self.running: list[int] = []
         self.waiting = scheduler.waiting_queue(ctx.table)
@@ -199,6 +198,8 @@ class ChunkedEngine(EngineBase):
         self.proc = env.active_process
         while True:
             if not self.running and not self.waiting:
+                if self.loop is not None:   # the last step's tokens go out at once
+                    self.loop.release()
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -209,23 +210,25 @@ class ChunkedEngine(EngineBase):
             loop, leap = self.loop, self.leap
             if loop is not None:
                 start = loop.decode_start(self.clock)
-                # a step the host holds back (after a host-bound prefill step) is stepped:
-                # a leap takes arrivals during its first step as arriving in flight
-                leap = leap and start == self.clock
+                # a step the host holds back (after a host-timed step) is stepped: a leap
+                # takes arrivals during its first step as arriving in flight; a batch beyond
+                # the CUDA-graph sizes runs eager, host-timed
+                leap = leap and start == self.clock and loop.leaps(len(self.running))
                 self.clock = start
             if leap and self.leaper.start():
+                if loop is not None:   # a full-graph step: the last step's tokens went out
+                    loop.release()
                 yield from self.leaper.wait()
                 if loop is not None:
-                    loop.decoded(self.intake.prev_start)
-                    loop.last = (self.leaper.last_ids, self.clock)
+                    loop.leapt(self.intake.prev_start, self.leaper.last_ids, self.clock)
                 continue
             batch = self._schedule()
             shape, sample = self._shape(*batch)
             if loop is not None:
-                if len(shape.prefill_chunks):
-                    self.clock = loop.prefill_step(shape, self.clock)
-                else:
+                if loop.mode(shape) == "full":
                     loop.decoded(self.clock)
+                else:
+                    self.clock = loop.host_step(shape, self.clock)
             self._price(shape)
             yield at(env, max(self.clock, env.now))
             self._apply(batch, sample)
@@ -304,9 +307,15 @@ class ChunkedEngine(EngineBase):
         else:
             t.computed[ids] += n
             out = ids[sample]
-        done = t.emit(out, self.intake.delivered(self.clock, len(out)))
-        if self.loop is not None:
-            self.loop.applied(out if type(out) is list else out.tolist(), self.clock)
+        loop = self.loop
+        if loop is not None and t.on_finish is not None:   # a closed loop: finishes held
+            loop.held()
+            done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+            loop.restore()
+        else:
+            done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+        if loop is not None:
+            loop.applied(out, self.clock)
         if len(done):
             self.finish(done)
         self.sample()

@@ -42,7 +42,8 @@ class Leaper:
         # arrivals that came to this engine / went elsewhere while a leap waited for them:
         # once most go elsewhere, leaps are priced to their own bounds at once (`_price`)
         self.arrivals_here = self.arrivals_elsewhere = 0
-        self.last_ids: list = []  # the requests the last committed leap's last step ran
+        # the requests the last committed leap's last step ran (kept for the engine loop)
+        self.last_ids: list = []
 
     def _state(self, e):
         """(contexts, outputs so far, room, most steps, most new blocks) of a running batch
@@ -234,7 +235,8 @@ class Leaper:
             self._commit_segments(p, k, times)
             return
         il = ids if type(ids) is list else ids.tolist()
-        self.last_ids = il
+        if e.loop is not None:
+            self.last_ids = il
         cv, bv = e.kv.views[:2]  # a few requests: element writes beat numpy's fancy indexing
         nb = advance_steps(cv, bv, il, c, p.room, [k] * len(il), k, bs, [])
         if nb:
@@ -246,7 +248,12 @@ class Leaper:
                 prefill_tokens=0, prefill_chunks=[], decodes=B,
                 kv_blocks_used=e.kv.pool.num_used, waiting=len(e.waiting))
         e.clock = ends[-1]
+        hold = e.loop is not None and t.on_finish is not None   # (see EngineLoop.held)
+        if hold:
+            e.loop.held()
         done = t.emit_steps(il, times, p.g)
+        if hold:
+            e.loop.restore()
         if len(done):
             e.finish(done)
         rec.num_iterations += k
@@ -263,12 +270,18 @@ class Leaper:
         il = p.ids if type(p.ids) is list else p.ids.tolist()
         cv, bv = e.kv.views[:2]  # a few requests: element writes beat numpy's fancy indexing
         steps = [s if s < k else k for s in r]  # each one's steps
-        self.last_ids = [i for i, s in zip(il, steps) if s == k]  # ran the last step
+        if e.loop is not None:  # those that ran the last step
+            self.last_ids = [i for i, s in zip(il, steps) if s == k]
         short = []  # those of the ones finishing before step k
         nk = advance_steps(cv, bv, il, c, room, steps, k, bs, short)  # new blocks after all
         # k steps: `new_blocks_upto(room, r, k, bs)`
         emitted = t.num_emitted  # after the segments so far: + Σ min(steps[i], b) at bound b
+        hold = e.loop is not None and t.on_finish is not None   # (see EngineLoop.held)
+        if hold:
+            e.loop.held()
         done = t.emit_runs(il, times, p.g, steps)
+        if hold:
+            e.loop.restore()
         bounds = [s for s in p.starts[1:] if s < k] + [k]
         sizes = p.sizes[:len(bounds)]
         j = p.reach_step

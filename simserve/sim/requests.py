@@ -128,8 +128,9 @@ class RequestTable:
         self.retire_chunk = retire_chunk
         self.num_retired = 0   # requests before this id were retired (their tokens are gone)
         # an engine that may still move the last token of requests from this id on (vLLM's
-        # async loop delays a step's tokens until the next step is launched) holds them back
-        self.retire_hold: int | None = None
+        # async loop delays a step's tokens until the next step is launched) holds them back:
+        # their ids (a list or an id array; the smallest bounds retiring, found only then)
+        self.retire_hold = None
         self._done_prefix = 0  # every request before this id has finished
         self._top = 0          # token offset past the last token written so far
 
@@ -183,8 +184,11 @@ class RequestTable:
         while i < n and fin[i] == fin[i]:  # not NaN
             i += 1
         self._done_prefix = i
-        if self.retire_hold is not None and self.retire_hold < i:
-            i = self.retire_hold
+        hold = self.retire_hold
+        if hold is not None and len(hold):
+            h = int(min(hold))
+            if h < i:
+                i = h
         if i - self.num_retired >= self.retire_chunk:
             self.retire(i)
 
