@@ -18,6 +18,7 @@ from pathlib import Path
 
 from simserve.runner import provenance as prov
 from simserve.runner.config import TOP_KEYS
+from simserve.runner.point_inputs import profile_names
 from simserve.runner.storage import plain_name, records_frame, records_json, remove_path
 
 POINT_FILES = ("record.json", "requests.csv", "config.yaml")
@@ -82,10 +83,15 @@ class Plan:
 def plan_points(unique: list, pdir: Path, overwrite: bool, reuse_stale: bool) -> Plan:
     """Which of the distinct points to run: those not stored, those stored from other inputs
     (unless `reuse_stale`), and with `overwrite` every one."""
-    base = {"simserve_version": prov.simserve_version(), "code_hash": prov.code_hash()}
+    version = prov.simserve_version()
     plan = Plan([], {}, reuse_stale=reuse_stale)
+    code: dict = {}  # points of one hardware and policy share their code hash
     for sp in unique:
-        cur = {**base, "config_hash": sp.key, "traces": prov.trace_hashes(sp.cfg)}
+        same = (tuple(p.name for p in sp.cfg.policies), tuple(profile_names(sp.cfg)))
+        if same not in code:
+            code[same] = prov.point_code_hash(sp.cfg)
+        cur = {"simserve_version": version, "code_hash": code[same], "config_hash": sp.key,
+               "traces": prov.trace_hashes(sp.cfg)}
         plan.current[sp.key] = cur
         folder = pdir / sp.key
         if overwrite or not is_done(folder):
@@ -109,8 +115,12 @@ class SummaryStore:
         todo = plan.todo_keys
         self.present = {sp.key for sp in sweep.unique() if sp.key not in todo}
         first = sweep.points[0].key if sweep.points else ""
+        codes = sorted({c["code_hash"] for c in plan.current.values()})
         self.prov = {**{k: v for k, v in plan.current.get(first, {}).items()
-                        if k in ("simserve_version", "code_hash")},
+                        if k == "simserve_version"},
+                     # the points' code hashes: the one they share, else a hash of them all
+                     "code_hash": codes[0] if len(codes) == 1 else
+                     hashlib.sha256("\n".join(codes).encode()).hexdigest()[:16],
                      "config_hash": _grid_hash(plan.current),
                      "traces": {n: h for c in plan.current.values()
                                 for n, h in c["traces"].items()}}
