@@ -53,9 +53,10 @@ def write_point(points_dir: Path, sp: SweepPoint, summary: dict, requests_csv: s
     return dest
 
 
-def check_sweep_out(out: Path, overwrite: bool = False) -> dict | None:
-    """Fail before running when `sweep` may not write at `out` (`storage.claim_out`)."""
-    return claim_out(out, "sweep", overwrite)
+def check_sweep_out(out: Path, overwrite: bool = False, adopt: bool = False) -> dict | None:
+    """Fail before running when `sweep` may not write at `out` (`storage.claim_out`;
+    `adopt`: take over an older simserve's sweep folder, `adopt.older_results`)."""
+    return claim_out(out, "sweep", overwrite, adopt)
 
 
 @dataclass
@@ -70,13 +71,15 @@ class SweepOutcome:
 def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: int | None = None,
               scheduler: str | None = None, progress: bool = True, client=None,
               address: str | None = None, overwrite: bool = False,
-              reuse_stale: bool = False) -> SweepOutcome:
+              reuse_stale: bool = False, adopt: bool = False) -> SweepOutcome:
     """Run the points not stored yet, or stored from other inputs (`provenance.staleness`:
     another trace file content, simserve version or code; with `reuse_stale` these are kept,
     with a warning), then write OUT/summary.json and .csv. `overwrite` takes over a folder
     simserve did not make and reruns every point. `client` (a `distributed.Client`) is used
     by the dask executor when given; `address` is a Ray cluster's (the ray executor; a process
-    that called `ray.init` needs none)."""
+    that called `ray.init` needs none). `adopt` (or `reuse_stale`) takes over a sweep folder
+    an older simserve wrote without a marker (`adopt.older_results`): its points have no
+    provenance, so they rerun (`reuse_stale`: are kept, marked stale)."""
     from simserve.runner.executors import check_executor
 
     out = Path(out)
@@ -87,7 +90,7 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: i
                    address=address)
     check_executor(executor, workers, scheduler, address)
     with out_lock(out):  # a second sweep into the same folder at the same time is refused
-        old = check_sweep_out(out, overwrite)
+        old = check_sweep_out(out, overwrite, adopt or reuse_stale)
         try:
             clean_stale_temp(out)
             return _run_sweep(sweep, out, ex_opts, progress, old, overwrite, reuse_stale)
