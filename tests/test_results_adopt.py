@@ -8,8 +8,9 @@ import json
 import os
 
 from simserve.runner.provenance import MARKER
-from tests.test_results_trust import (counting, one_line_error, proj, run,  # noqa: F401
-                                      sweep, tree)
+from tests.test_results_trust import counting, one_line_error, proj, run, sweep, tree
+
+__all__ = ["proj"]  # the fixture, shared
 
 
 def _as_an_older_simserve_left_it(folder):

@@ -405,7 +405,8 @@ def test_an_interrupted_extension_leaves_a_consistent_partial_summary(proj, monk
     assert (m["complete"], m["points_done"], m["points_total"]) == (False, 3, 4)
 
 
-def test_the_summary_is_rewritten_after_every_point(proj, monkeypatch):
+def test_the_summary_is_rewritten_after_every_point_slower_than_the_interval(proj,
+                                                                            monkeypatch):
     from simserve.runner import sweep_store
     seen = []
     real = sweep_store.write_summaries
@@ -415,6 +416,15 @@ def test_the_summary_is_rewritten_after_every_point(proj, monkeypatch):
         real(out, records)
 
     monkeypatch.setattr(sweep_store, "write_summaries", spy)
+    t = [0.0]
+    done = sweep_store.SummaryStore.done
+
+    def slow_point(self, sp):   # each point takes 5 s (of this clock): past the interval
+        t[0] += 5.0
+        done(self, sp)
+
+    monkeypatch.setattr(sweep_store, "_clock", lambda: t[0])
+    monkeypatch.setattr(sweep_store.SummaryStore, "done", slow_point)
     assert sweep("--out", "s", "--set", "sweep.workload.rates=[2,4,6]") == 0
     assert seen == [0, 1, 2, 3, 3]
 

@@ -1,8 +1,8 @@
 """Running a sweep: the points not done yet, each stored in `OUT/points/<hash>/` (written to a
 temporary sibling and renamed, so a folder that exists is complete) with the provenance it was
-made from; after every point `OUT/summary.json` (a list of run records, as `vllm bench` tools
-read), `OUT/summary.csv` and the marker `OUT/.simserve.json`, each atomically
-(`sweep_store`). A point's own record is `record.json`, so the top summary is the only
+made from; as points finish `OUT/summary.json` (a list of run records, as `vllm bench` tools
+read), `OUT/summary.csv` and the marker `OUT/.simserve.json`, each atomically (`sweep_store`:
+batched, and always at the end or on an interruption). A point's own record is `record.json`, so the top summary is the only
 `summary.json` a recursive loader finds (folders written before keep `summary.json` until a
 rerun renames it).
 
@@ -124,12 +124,25 @@ def _run_sweep(sweep: Sweep, out: Path, ex_opts: dict, progress: bool, old: dict
                 # what the points read from disk, read here: a worker may be on another machine
                 inputs = sweep_inputs([sp.cfg for sp in todo], hardware)
                 tasks = [SweepTask(sp.cfg, sp.describe()) for sp in todo]
-                for i, (summary, csv) in ex.map_unordered(simulate_one, tasks, inputs):
-                    write_point(pdir, todo[i], summary, csv, plan.current[todo[i].key])
-                    store.done(todo[i])
-                    bar.update()
+                try:
+                    for i, (summary, csv) in ex.map_unordered(simulate_one, tasks, inputs):
+                        write_point(pdir, todo[i], summary, csv, plan.current[todo[i].key])
+                        store.done(todo[i])
+                        bar.update()
+                except BaseException:
+                    _flush_quietly(store)   # the summary of the points stored so far
+                    raise
     records = store.write(final=True)
     return SweepOutcome(records, len(todo), len(unique) - len(todo), out, plan.stale_counts())
+
+
+def _flush_quietly(store: SummaryStore) -> None:
+    """Bring the summary up to the points stored, while another error propagates (a failure
+    here leaves the last consistent summary, which the resume replaces)."""
+    try:
+        store.flush()
+    except Exception:
+        pass
 
 
 def _tell_stale(plan: Plan, reuse_stale: bool) -> None:
