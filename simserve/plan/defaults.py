@@ -27,9 +27,10 @@ _BUDGET = {"distserve": "prefill_max_tokens", "conflux": "max_tokens_per_rank",
            "neo": "max_tokens_in_batch", "dualpace": "hard_token_limit",
            "muxwise": "prefill_max_tokens"}
 _SEQS = {"distserve": "max_num_seqs", "neo": "max_batch_size", "muxwise": "max_num_seqs"}
-# conflux's and loongserve's builders size the activation reserve for 1,024 rows
-# (`conflux/policy.py`, `loongserve/engine.py`); they have no option for it
+# conflux's and loongserve's builders size the activation reserve for 1,024 rows, and
+# loongserve's for 8,192 tokens (`conflux/policy.py`, `loongserve/engine.py`): no option holds it
 _BUILDER_SEQS = 1024
+_BUILDER_TOKENS = 8192
 
 
 @functools.lru_cache(maxsize=1024)
@@ -68,8 +69,8 @@ def settings(c, gpu: str | None = None) -> Settings:
     seqs = getattr(cfg, _SEQS.get(c.design, ""), None)
     if seqs is None and c.design == "dualpace":
         seqs = _vllm_rows(gpu)
-    return Settings(float(cfg.gpu_memory_utilization), int(cfg.block_size), int(budget),
-                    int(seqs or _BUILDER_SEQS))
+    return Settings(float(cfg.gpu_memory_utilization), int(cfg.block_size),
+                    int(budget or _BUILDER_TOKENS), int(seqs or _BUILDER_SEQS))
 
 
 def decode_settings(c, gpu: str | None = None) -> Settings:

@@ -51,10 +51,10 @@ def modules_hash(roots: tuple[str, ...]) -> str:
         if pxd is not None and pxd.is_file():
             h.update(b"pxd\0" + pxd.read_bytes() + b"\0")
     for folder in sorted({d for m, d in DATA_READERS.items() if m in files}):
-        root = data_dir(folder)
-        for p in sorted(root.rglob("*")) if root.is_dir() else ():
+        base = data_dir(folder)
+        for p in sorted(base.rglob("*")) if base.is_dir() else ():
             if p.suffix in _DATA_SUFFIXES and p.is_file():
-                h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+                h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
