@@ -92,12 +92,11 @@ def _imports(name: str, source: bytes, is_package: bool) -> set[str]:
     return {m for m in found if m == "simserve" or m.startswith("simserve.")}
 
 
-@functools.lru_cache(maxsize=64)
-def source_closure(name: str) -> str:
-    """sha256 over the source of module `name` and of every simserve module it imports,
-    directly or through others (names that are not modules, e.g. imported functions, drop
-    out: they have no file)."""
-    seen: dict[str, bytes] = {}
+def closure_sources(name: str) -> tuple[tuple[str, Path | None, bytes], ...]:
+    """(module, its file, its source) for module `name` and every simserve module it imports,
+    directly or through others, sorted by module (names that are not modules, e.g. imported
+    functions, have no file and an empty source). Read anew at each call."""
+    seen: dict[str, tuple[Path | None, bytes]] = {}
     todo = [name]
     while todo:
         mod = todo.pop()
@@ -108,13 +107,20 @@ def source_closure(name: str) -> str:
             src = f.read_bytes() if f is not None else b""
         except OSError:
             src = b""
-        seen[mod] = src
+        seen[mod] = (f, src)
         if f is not None and f.suffix == ".py":
             todo.extend(_imports(mod, src, f.name == "__init__.py") - set(seen))
+    return tuple((mod, *seen[mod]) for mod in sorted(seen))
+
+
+@functools.lru_cache(maxsize=64)
+def source_closure(name: str) -> str:
+    """sha256 over the source of module `name` and of every simserve module it imports,
+    directly or through others (`closure_sources`)."""
     h = hashlib.sha256()
-    for mod in sorted(seen):
-        if seen[mod] or mod == name:
-            h.update(mod.encode() + b"\0" + seen[mod] + b"\0")
+    for mod, _, src in closure_sources(name):
+        if src or mod == name:
+            h.update(mod.encode() + b"\0" + src + b"\0")
     return h.hexdigest()
 
 

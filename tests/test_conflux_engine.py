@@ -233,3 +233,26 @@ def test_without_overlap_the_split_attention_region_is_the_sum_of_both_paths():
     # where T_D > 0.41·T_P does max(β·T_P, α·T_D) undercut T_P + T_D)
     args = ([2000, 2000, 2000, 2000], [64] * 4, [64 * 8192] * 4, [(4000, 0)])
     assert e_off.iteration_time(*args) > est.iteration_time(*args)
+
+
+def test_admission_rejections_count_requests_not_request_iterations(monkeypatch):
+    """`conflux_num_admission_rejections` counts each request Moore–Hodgson ever dropped once;
+    `..._iterations` counts every (request, iteration) drop. Both against the drops seen by
+    wrapping the admission rule itself."""
+    from simserve.policies.conflux import admission
+    seen: list[int] = []
+    real = admission.ADMISSION["moore_hodgson"]
+
+    def spy(pending, *a):
+        admitted, rejected = real(pending, *a)
+        seen.extend(p.req_id for p in rejected)
+        return admitted, rejected
+
+    monkeypatch.setitem(admission.ADMISSION, "moore_hodgson", spy)
+    rng = np.random.default_rng(1)
+    n = 40  # long prompts all at once: most wait through many iterations
+    w = workload(np.zeros(n), rng.integers(2000, 30000, n), rng.integers(5, 30, n))
+    c = _sim(w).stats["counters"]
+    assert len(seen) > 2 * len(set(seen)) > 0  # requests are dropped again and again
+    assert c["conflux_num_admission_rejections"] == len(set(seen)) <= n
+    assert c["conflux_num_admission_rejection_iterations"] == len(seen)

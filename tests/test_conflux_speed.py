@@ -251,8 +251,8 @@ def test_the_plan_reports_the_estimate_of_its_iteration(pend, ranks, admission, 
     _, got = plan_prefills(pending, needs, held, states, free, est, tau, 1.0,
                            admission=admission, quantum=16, eta=0.8, headroom=0.05,
                            block_size=16, max_level=8192, hints={}, report=report)
-    if not got:
-        assert report == {}
+    if not got:   # no estimate without chunks (admission's drop counts may be there)
+        assert "estimate" not in report
         return
     n_p = [sum(c.per_rank[r] for c in got) for r in range(4)]
     assert report["estimate"] == est.iteration_time(

@@ -14,7 +14,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies import make_config
 from simserve.policies.neo.predictor import Predictor, SubBatch
-from simserve.policies.neo.table import NEO_LNCH_US, TablePredictor, grids, profile
+from simserve.policies.neo.table import TablePredictor, grids, profile
 from simserve.run import simulate_point
 from simserve.sim.cluster import Cluster
 from tests.helpers import workload
@@ -96,11 +96,20 @@ def test_cpu_attention_is_bilinear_between_batch_sizes(tables):
 
 def test_decisions_read_the_table_not_the_cost_model(tables):
     oracle, table = tables
-    assert isinstance(table, TablePredictor) and table.lnch_us == NEO_LNCH_US
+    assert isinstance(table, TablePredictor) and table.lnch_us == oracle.lnch_us == 800.0
     # every decision function differs from the oracle somewhere off the grid
     assert table.lin(3000) != oracle.lin(3000)
     assert table.cdec(5, 7000) != oracle.cdec(5, 7000)
-    assert table.alone_us(np.array([1000]))[0] == table.cdec(1, 1000) + NEO_LNCH_US
+    assert table.alone_us(np.array([1000]))[0] == table.cdec(1, 1000) + 800.0
+
+
+def test_the_table_takes_its_launch_term_from_the_oracle():
+    """One source for NEO's CPU launch term: the policy's `cpu_launch_ms` via the oracle."""
+    oracle = _oracle()
+    oracle.lnch_us = 123.0
+    table = profile(oracle, BS, 2048, 64, 2048, GPU_TOKENS, CPU_TOKENS)
+    assert table.lnch_us == 123.0
+    assert table.alone_us(np.array([1000]))[0] == table.cdec(1, 1000) + 123.0
 
 
 def _pressure():

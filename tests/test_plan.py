@@ -288,3 +288,49 @@ def test_a_plan_state_is_keyed_by_the_code_and_profiles(monkeypatch):
     before = spec.key()
     monkeypatch.setattr(provenance, "code_hash", lambda: "0000000000000000")
     assert spec.key() != before
+
+
+def test_the_screen_reads_defaults_from_the_policies_configs(monkeypatch):
+    """Utilisation, token budgets and the host pool come from each policy's config: a default
+    changed there moves the feasibility check, the estimate and the price."""
+    import dataclasses
+
+    from simserve import policies
+    from simserve.plan import defaults
+    from simserve.policies.distserve.config import DistServeConfig
+    from simserve.policies.dualpace.config import DualPaceConfig
+
+    d = dict(SMALL, hardware=[{"gpu": "h100-sxm", "num_gpus": [2], "cpu": "xeon-8469c"}],
+             designs=[{"policy": "distserve"}, {"policy": "dualpace"}])
+    spec = parse_plan(d)
+    cands = {c.design: c for c in expand(spec)}
+    dist, dual = cands["distserve"], cands["dualpace"]
+    stats = workload_stats(spec)
+    prices = load_prices()
+
+    def screen():
+        defaults.policy_config.cache_clear()
+        return (infeasible(dist, 8000, None), Estimator(spec, stats).capacity(dist).rate,
+                dual.host_gib(), dual.hourly(prices))
+
+    before = screen()
+    assert before[0] is None and before[1] > 0 and before[2] == DualPaceConfig().host_kv_gib
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class TightDist(DistServeConfig):
+        gpu_memory_utilization: float = 0.21   # 16.8 of 80 GB: the weights and no KV to speak of
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class SmallHost(DualPaceConfig):
+        host_kv_gib: float = 30.0
+
+    for name, cls in (("distserve", TightDist), ("dualpace", SmallHost)):
+        _, build = policies.get_policy(name)
+        monkeypatch.setitem(policies._REGISTRY, name, (cls, build))
+    try:
+        after = screen()
+    finally:
+        monkeypatch.undo()
+        defaults.policy_config.cache_clear()
+    assert after[0] is not None and "KV" in after[0]   # 8,000 tokens no longer fit
+    assert after[2] == 30.0 and after[3] < before[3]

@@ -82,7 +82,8 @@ def test_run_writes_a_marker_with_what_the_results_are_made_from(proj):
     m = json.loads((proj / "r" / MARKER).read_text())
     assert m["written_by"] == "simserve" and m["kind"] == "run" and m["complete"] is True
     assert m["simserve_version"] == provenance.simserve_version()
-    assert m["code_hash"] == provenance.code_hash()
+    from simserve.runner.config import load_experiment
+    assert m["code_hash"] == provenance.point_code_hash(load_experiment("ex.yaml"))
     assert m["config_hash"] == (proj / "r" / "config.sha256").read_text().strip()
     want = hashlib.sha256((proj / "tr.csv").read_bytes()).hexdigest()
     assert list(m["traces"].values()) == [want]
@@ -279,7 +280,7 @@ def test_changed_simserve_version_reruns_every_point(proj, monkeypatch, capsys):
 
 def test_changed_code_reruns_every_point(proj, monkeypatch, capsys):
     assert sweep("--out", "s") == 0
-    monkeypatch.setattr(provenance, "code_hash", lambda: "0123456789abcdef")
+    monkeypatch.setattr(provenance, "point_code_hash", lambda cfg: "0123456789abcdef")
     calls = counting(monkeypatch)
     capsys.readouterr()
     assert sweep("--out", "s") == 0
@@ -355,7 +356,7 @@ def test_reuse_stale_keeps_points_and_says_how_many_and_why(proj, monkeypatch, c
 
 def test_extending_a_stale_grid_never_mixes_old_and_new(proj, monkeypatch):
     assert sweep("--out", "s") == 0
-    monkeypatch.setattr(provenance, "code_hash", lambda: "fedcba9876543210")
+    monkeypatch.setattr(provenance, "point_code_hash", lambda cfg: "fedcba9876543210")
     calls = counting(monkeypatch)
     assert sweep("--out", "s", "--set", "sweep.workload.rates=[2,4,6]") == 0
     assert len(calls) == 3  # the two stale points and the new one
@@ -404,7 +405,8 @@ def test_an_interrupted_extension_leaves_a_consistent_partial_summary(proj, monk
     assert (m["complete"], m["points_done"], m["points_total"]) == (False, 3, 4)
 
 
-def test_the_summary_is_rewritten_after_every_point(proj, monkeypatch):
+def test_the_summary_is_rewritten_after_every_point_slower_than_the_interval(proj,
+                                                                            monkeypatch):
     from simserve.runner import sweep_store
     seen = []
     real = sweep_store.write_summaries
@@ -414,6 +416,15 @@ def test_the_summary_is_rewritten_after_every_point(proj, monkeypatch):
         real(out, records)
 
     monkeypatch.setattr(sweep_store, "write_summaries", spy)
+    t = [0.0]
+    done = sweep_store.SummaryStore.done
+
+    def slow_point(self, sp):   # each point takes 5 s (of this clock): past the interval
+        t[0] += 5.0
+        done(self, sp)
+
+    monkeypatch.setattr(sweep_store, "_clock", lambda: t[0])
+    monkeypatch.setattr(sweep_store.SummaryStore, "done", slow_point)
     assert sweep("--out", "s", "--set", "sweep.workload.rates=[2,4,6]") == 0
     assert seen == [0, 1, 2, 3, 3]
 
@@ -451,3 +462,77 @@ def test_a_hand_edited_sweep_marker_cannot_remove_the_folder_or_its_parent(proj)
     (proj / "keep.txt").write_text("mine")
     assert sweep("--out", "r", "--overwrite") == 0
     assert (proj / "keep.txt").read_text() == "mine" and (proj / "r" / "points").is_dir()
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    import shutil
+    src = Path(provenance.__file__).resolve().parents[1]
+    copy = tmp_path / "pkg" / "simserve"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+    return copy
+
+
+POINT_HASHES = """
+from simserve.runner.config import parse_experiment
+from simserve.runner.point_inputs import point_code_hash
+
+def cfg(policy, **opts):
+    return parse_experiment({"name": "x", "model": "llama-3.1-8b",
+                             "hardware": {"gpu": "h100-sxm", "num_gpus": 2},
+                             "workload": {"trace": "synthetic-conversation", "num_requests": 9,
+                                          "rates": [1]},
+                             "policies": [{"name": policy, **opts}]}, "<test>")
+
+print(point_code_hash(cfg("vllm")), point_code_hash(cfg("distserve", decode_gpu="h20")),
+      point_code_hash(cfg("conflux")))
+"""
+
+
+def test_a_points_code_hash_covers_what_its_simulation_reads_and_nothing_else(tmp_path):
+    """Editing the planner or `explain/` keeps every point fresh; editing a policy makes its
+    points stale and no other's; editing the simulation core makes every point stale; a
+    refitted decode-pool profile (distserve's `decode_gpu`) makes the points that use it
+    stale."""
+    import subprocess
+    import sys
+    copy = _package_copy(tmp_path)
+
+    def hashes() -> list[str]:
+        env = {"PYTHONPATH": str(copy.parent), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+               "SIMSERVE_PURE_PYTHON": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "SIMSERVE_PARSE_CACHE": "0"}
+        return subprocess.run([sys.executable, "-c", POINT_HASHES], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    def edit(rel: str) -> None:
+        f = copy / rel
+        f.write_text(f.read_text() + "\n# edited\n")
+
+    vllm, dist, conflux = base = hashes()
+    assert len(set(base)) == 3
+    edit("plan/space.py")
+    edit("explain/report.py")
+    assert hashes() == base
+    edit("policies/conflux/engine.py")
+    assert hashes()[:2] == [vllm, dist] and hashes()[2] != conflux
+    edit("data/hwprofiles/h20.yaml")   # the decode pool's GPU only
+    after = hashes()
+    assert after[0] == vllm and after[1] != dist
+    edit("sim/cluster.py")
+    assert all(a != b for a, b in zip(hashes(), after))
+
+
+def test_every_reader_of_package_data_is_in_the_point_hash_table():
+    """A module reading a package data folder (`paths.data_dir`) is listed in
+    `point_inputs.DATA_READERS`, so points that import it rerun when that data changes."""
+    from simserve.runner.point_inputs import DATA_READERS
+    root = Path(provenance.__file__).resolve().parents[1]
+    # paths defines data_dir (its profile and experiment folders are hashed per profile file
+    # and by the config hash); point_inputs hashes the folders of the readers listed
+    exempt = {"simserve.paths", "simserve.runner.point_inputs"}
+    readers = set()
+    for p in root.rglob("*.py"):
+        if "data_dir(" in p.read_text():
+            rel = p.relative_to(root.parent).with_suffix("")
+            readers.add(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
+    assert readers - exempt - set(DATA_READERS) == set()

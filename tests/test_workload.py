@@ -409,3 +409,22 @@ def test_cli_stats_and_list(fake_manifest, capsys):
         assert args.handler(args) == 0
     out = capsys.readouterr().out
     assert "requests" in out and "tiny-badhash" in out and "missing" in out
+
+
+def test_zero_output_applies_to_the_selected_requests_only(tmp_path):
+    """`start` / `num_requests` / `tile` select requests first; only zero-output rows among them
+    are refused (naming their own line) or counted."""
+    p = tmp_path / "t.csv"
+    p.write_text(PLAIN_HEAD + "0.5,5,0\n1.0,6,4\n\n1.5,7,0\n2.0,8,5\n")   # rows 0 and 2 are 0
+    kw = {"arrival": "trace", "rate": None, "seed": 0}
+    clean = build_workload(str(p), num_requests=1, start=1, **kw)   # row 1 alone: nothing to do
+    assert clean.output_tokens.tolist() == [4] and not clean.meta["num_zero_output"]
+    with pytest.raises(TraceFormatError, match=r"t\.csv:5: output length of 0 tokens \(1 "):
+        build_workload(str(p), num_requests=2, start=1, **kw)   # rows 1-2: line 5, not 2
+    one = build_workload(str(p), num_requests=3, start=1, zero_output="one", **kw)
+    assert one.output_tokens.tolist() == [4, 1, 5] and one.meta["num_zero_output"] == 1
+    # tiled twice, rows 3, 0 (copy 2), 1: the zero row of the second copy counts once
+    tiled = build_workload(str(p), num_requests=3, start=3, tile=2, zero_output="one", **kw)
+    assert tiled.output_tokens.tolist() == [5, 1, 4] and tiled.meta["num_zero_output"] == 1
+    with pytest.raises(TraceFormatError, match=r"t\.csv:2: output length"):
+        build_workload(str(p), num_requests=3, start=3, tile=2, **kw)

@@ -97,7 +97,7 @@ MECHANISMS: dict[str, tuple[Mechanism, ...]] = {
     "conflux": (
         Mechanism("admission", "Moore–Hodgson admission", {"scheduler": "fcfs"},
                   _positive("conflux_num_admission_rejections",
-                            "Moore–Hodgson drops (request-iterations, instance 0)"),
+                            "requests Moore–Hodgson dropped at least once"),
                   "FCFS order, no admission (ConfluxServe-FCFS)"),
         Mechanism("placement", "dual-mode placement", {"placement": "first-fit"},
                   _ranks_and("conflux_num_kv_transfers", "KV moves to a decode rank"),

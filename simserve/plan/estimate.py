@@ -34,11 +34,11 @@ import numpy as np
 from simserve.cost.gpu import BatchShape, GpuCostModel
 from simserve.hardware.profile import load_profile
 from simserve.models import get_model
-from simserve.plan.space import UTILIZATION, Candidate, _kv_tokens
+from simserve.plan.defaults import Settings, decode_settings, policy_config, settings
+from simserve.plan.space import Candidate, _kv_tokens
 
 RATE_LO, RATE_HI = 1e-3, 1e4   # req/s bracket of the screen's bisection
 RATE_RTOL = 0.01
-MAX_SEQS = 1024
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,15 @@ def gpu_model(model: str, gpu: str, tp: int, nvlink: str | None) -> GpuCostModel
 
 
 def steady(gm: GpuCostModel, lam_prefill: float, lam_decode: float, P: float, O: float,
-           budget: int, kv_tokens: int, sp: int = 1):
-    """(iteration s, decodes, ttft s, why infeasible or '') at the given rates on one engine."""
+           budget: int, kv_tokens: int, sp: int = 1, max_seqs: int = 1024):
+    """(iteration s, decodes, ttft s, why infeasible or '') at the given rates on one engine
+    of `budget` tokens and `max_seqs` rows an iteration."""
     t = gm.decode_only_s(1, int(P))
     ctx = P + O / 2
     for _ in range(60):
         B = lam_decode * O * t
         pre = lam_prefill * P * t
-        if B + pre > budget or B > MAX_SEQS:
+        if B + pre > budget or B > max_seqs:
             return t, B, math.inf, "budget"
         shape = BatchShape(num_tokens=int(B + pre) + 1,
                            prefill_chunks=np.array([max(int(pre), 1)], dtype=np.int64),
@@ -146,33 +147,33 @@ class Estimator:
             self._cache[key] = self._capacity(c)
         return self._cache[key]
 
-    def _engine(self, c: Candidate, tp: int, budget: int, gpu: str | None = None):
-        util = float(c.opts.get("gpu_memory_utilization") or UTILIZATION.get(c.design, 0.9))
+    def _engine(self, c: Candidate, tp: int, s: Settings, gpu: str | None = None):
         model = get_model(c.model)
         if gpu is not None:   # a pool of another kind: its own profile's links
-            return gpu_model(c.model, gpu, tp, None), _kv_tokens(model, gpu, tp, util, budget)
-        return gpu_model(c.model, c.gpu, tp, c.nvlink), _kv_tokens(model, c.gpu, tp, util, budget)
+            return gpu_model(c.model, gpu, tp, None), _kv_tokens(model, gpu, tp, s)
+        return gpu_model(c.model, c.gpu, tp, c.nvlink), _kv_tokens(model, c.gpu, tp, s)
 
     def _capacity(self, c: Candidate) -> Estimate:
         P, O, o, G = self.stats.mean_prompt, self.stats.mean_output, c.opts, c.num_gpus
         if c.design == "distserve":
             return self._distserve(c)
+        s = settings(c)
         if c.design in ("dualpace", "neo"):
-            tp, budget, sp, mult = G, int(o.get("gpu_token_limit") or o.get("max_tokens_in_batch")
-                                          or 8192), 1, 1
+            tp, sp, mult = G, 1, 1
             lam_c = self._cpu_rate(c)
         elif c.design == "conflux":
-            tp, budget = int(o.get("tp", 1)), int(o.get("max_tokens_per_rank", 8192))
+            tp = int(o.get("tp", 1))
             mult, sp, lam_c = G // tp, G // (int(o.get("instances", 1)) * tp), 0.0
         else:
-            tp, budget = int(o.get("tp", 1)), int(o.get("max_num_batched_tokens") or 8192)
+            tp = int(o.get("tp", 1))
             mult, sp, lam_c = G // tp, 1, 0.0
-        gm, kv = self._engine(c, tp, budget)
+        gm, kv = self._engine(c, tp, s)
 
         def check(lam):
-            return self._fits(steady(gm, lam, max(lam - lam_c, 0.0), P, O, budget, kv, sp))
+            return self._fits(steady(gm, lam, max(lam - lam_c, 0.0), P, O, s.budget, kv, sp,
+                                     s.max_seqs))
         lam, why = self._max_rate(check)
-        t, _, ttft, _ = steady(gm, lam, max(lam - lam_c, 0.0), P, O, budget, kv, sp)
+        t, _, ttft, _ = steady(gm, lam, max(lam - lam_c, 0.0), P, O, s.budget, kv, sp, s.max_seqs)
         return Estimate(lam * mult, t, ttft, why)
 
     def _distserve(self, c: Candidate) -> Estimate:
@@ -182,8 +183,9 @@ class Estimator:
             n_pre, (dgpu, n_dec) = c.num_gpus, c.decode_pool
             handoff = self._handoff_s(c, P)
         ptp, dtp = int(o.get("prefill_tp") or n_pre), int(o.get("decode_tp") or n_dec)
-        gp, _ = self._engine(c, ptp, int(o.get("prefill_max_tokens", 8192)))
-        gd, kv = self._engine(c, dtp, 1024, dgpu)
+        sd = decode_settings(c, dgpu)
+        gp, _ = self._engine(c, ptp, settings(c))
+        gd, kv = self._engine(c, dtp, sd, dgpu)
         s_p, n_p, n_d = gp.prefill_only_s(int(P)), n_pre // ptp, n_dec // dtp
 
         def check(lam):
@@ -192,15 +194,17 @@ class Estimator:
                 return "prefill"
             if s_p / (1 - rho) + handoff > self.ttft_s:
                 return "ttft"
-            return self._fits(steady(gd, 0.0, lam / n_d, P, O, MAX_SEQS, kv))
+            return self._fits(steady(gd, 0.0, lam / n_d, P, O, sd.budget, kv,
+                                     max_seqs=sd.max_seqs))
         lam, why = self._max_rate(check)
-        t, _, _, _ = steady(gd, 0.0, lam / n_d, P, O, MAX_SEQS, kv)
+        t, _, _, _ = steady(gd, 0.0, lam / n_d, P, O, sd.budget, kv, max_seqs=sd.max_seqs)
         return Estimate(lam, t, s_p / max(1 - lam * s_p / n_p, 1e-6), why)
 
     def _handoff_s(self, c: Candidate, P: float) -> float:
         """An isolated prompt's KV crossing the inter-node link (its shards in parallel)."""
         o = c.opts
-        ln = load_profile(str(o.get("handoff_link") or "ib-ndr400"), expect_kind="link").link
+        ln = load_profile(str(policy_config(c.policy, c.options).handoff_link),
+                          expect_kind="link").link
         assert c.decode_pool is not None
         shards = max(int(o.get("prefill_tp") or c.num_gpus),
                      int(o.get("decode_tp") or c.decode_pool[1]))

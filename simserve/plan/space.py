@@ -12,13 +12,11 @@ from simserve.errors import ConfigError
 from simserve.hardware.profile import load_profile
 from simserve.kv_budget import gpu_kv_budget
 from simserve.models import get_model
+from simserve.plan.defaults import Settings, decode_settings, host_kv_gib, settings
 from simserve.plan.spec import ROUTED, ROUTER_KEYS, PlanSpec
 
 CPU_TIER = ("dualpace", "neo")   # designs that decode on the host CPU too
 POOL_KEYS = ("decode_gpu", "decode_num_gpus")   # a decode pool's knobs: the label's hardware
-# gpu_memory_utilization each design uses when the plan does not set it (their configs' defaults)
-UTILIZATION = {"vllm": 0.92, "sarathi": 0.92, "distserve": 0.90, "conflux": 0.90,
-               "dualpace": 0.92, "neo": 0.99}
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ class Candidate:
     def host_gib(self) -> float:
         if self.design not in CPU_TIER:
             return 0.0
-        return float(self.opts.get("host_kv_gib", 120.0))
+        return host_kv_gib(self)
 
     def hourly(self, prices) -> float:
         """USD per hour: every GPU of both pools, plus a CPU tier's cores and host memory."""
@@ -134,9 +132,11 @@ def _gpu_memory(gpu: str) -> float:
     return float(load_profile(gpu).spec["memory_gib"]) * 2**30
 
 
-def _kv_tokens(model, gpu: str, tp: int, util: float, budget: int) -> int:
-    kv = gpu_kv_budget(model, _gpu_memory(gpu), tp, util, 16, budget, 1024)
-    return kv.num_blocks * 16
+def _kv_tokens(model, gpu: str, tp: int, s: Settings) -> int:
+    """KV tokens per rank of an engine at TP `tp` on `gpu` with its policy's settings `s`."""
+    kv = gpu_kv_budget(model, _gpu_memory(gpu), tp, s.utilization, s.block_size, s.budget,
+                       s.max_seqs)
+    return kv.num_blocks * s.block_size
 
 
 def infeasible(c: Candidate, max_request_tokens: int, host_memory_gib: float | None) -> str | None:
@@ -146,17 +146,16 @@ def infeasible(c: Candidate, max_request_tokens: int, host_memory_gib: float | N
     prof = load_profile(c.gpu)
     if c.num_gpus > 1 and not (c.nvlink or prof.spec.get("nvlink")):
         return f"{c.num_gpus} GPUs without a GPU-GPU link"
-    util = float(o.get("gpu_memory_utilization") or UTILIZATION.get(c.design, 0.9))
     groups = _tp_groups(c, model)
     if isinstance(groups, str):
         return groups
-    for tp, budget, *on in groups:
+    for tp, s, *on in groups:
         gpu = on[0] if on else c.gpu
         try:
             model.check_tp(tp)
         except ValueError:
             return f"TP{tp} does not divide {model.num_heads} heads / {model.num_kv_heads} KV heads"
-        if _kv_tokens(model, gpu, tp, util, budget) < max_request_tokens:
+        if _kv_tokens(model, gpu, tp, s) < max_request_tokens:
             return (f"KV at TP{tp} on {gpu} holds less than the longest request "
                     f"({max_request_tokens} tokens)")
     if c.design in CPU_TIER:
@@ -172,7 +171,7 @@ def infeasible(c: Candidate, max_request_tokens: int, host_memory_gib: float | N
 
 
 def _tp_groups(c: Candidate, model) -> list[tuple] | str:
-    """(TP degree, token budget[, GPU kind when not the candidate's]) of each kind of engine
+    """(TP degree, `Settings`[, GPU kind when not the candidate's]) of each kind of engine
     the candidate runs, or why not."""
     o, G = c.opts, c.num_gpus
     if c.decode_pool:
@@ -181,7 +180,7 @@ def _tp_groups(c: Candidate, model) -> list[tuple] | str:
         tp = int(o.get("tp", 1))
         if G % tp:
             return f"TP{tp} does not divide {G} GPUs"
-        return [(tp, int(o.get("max_num_batched_tokens") or 8192))]
+        return [(tp, settings(c))]
     if c.design == "distserve":
         if G < 2 or G % 2:
             return "distserve needs an even number of GPUs (prefill half, decode half)"
@@ -189,7 +188,7 @@ def _tp_groups(c: Candidate, model) -> list[tuple] | str:
         ptp, dtp = int(o.get("prefill_tp") or half), int(o.get("decode_tp") or half)
         if half % ptp or half % dtp:
             return f"prefill TP{ptp} / decode TP{dtp} do not divide {half} GPUs"
-        return [(ptp, int(o.get("prefill_max_tokens", 8192))), (dtp, 1024)]
+        return [(ptp, settings(c)), (dtp, decode_settings(c))]
     if c.design == "conflux":
         inst, tp = int(o.get("instances", 1)), int(o.get("tp", 1))
         if G % (inst * tp):
@@ -197,14 +196,13 @@ def _tp_groups(c: Candidate, model) -> list[tuple] | str:
         sp = G // (inst * tp)
         if model.num_heads % (tp * sp):
             return f"TP{tp} x SP{sp} does not divide {model.num_heads} heads"
-        return [(tp, int(o.get("max_tokens_per_rank", 8192)))]
+        return [(tp, settings(c))]
     if c.design in CPU_TIER:
         tp = int(o.get("tp") or G)
         if tp != G:
             return f"{c.design} runs one GPU engine over all {G} GPUs (tp={tp})"
-        limit = o.get("gpu_token_limit") or o.get("max_tokens_in_batch") or 8192
-        return [(tp, int(limit))]
-    return [(1, 8192)]
+        return [(tp, settings(c))]
+    return [(1, settings(c))]
 
 
 def _hetero_groups(c: Candidate) -> list[tuple] | str:
@@ -221,4 +219,4 @@ def _hetero_groups(c: Candidate) -> list[tuple] | str:
         raise ConfigError(f"designs: distserve decode_gpu: {exc}") from None
     if dtp > 1 and not prof.spec.get("nvlink"):
         return f"decode TP{dtp} on {dgpu} without a GPU-GPU link"
-    return [(ptp, int(o.get("prefill_max_tokens", 8192))), (dtp, 1024, dgpu)]
+    return [(ptp, settings(c)), (dtp, decode_settings(c, dgpu), dgpu)]

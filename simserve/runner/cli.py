@@ -25,12 +25,12 @@ def _run_checked(args: argparse.Namespace) -> int:
     cfg = load_experiment(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / cfg.name
     if not args.no_save:
-        check_out_dir(out, args.overwrite)  # before running: a refused folder costs no time
+        check_out_dir(out, args.overwrite, args.adopt)  # a refused folder costs no time
     before = _stored_hash(out)
     results = run_experiment_config(cfg, out=None if args.no_save else out,
                                      progress=not args.quiet, stream=args.stream or None,
                                      trace_events=args.trace_events, overwrite=args.overwrite,
-                                     summary=summary)
+                                     summary=summary, adopt=args.adopt)
     recs = summary_records(results)
     print(f"{cfg.name}: {cfg.model} on {cfg.hardware.num_gpus}x {cfg.hardware.gpu}, "
           f"{cfg.workload.trace} ({results[0].summary['num_requests']} requests, "
@@ -79,6 +79,10 @@ def register(sub) -> None:
                    help="write into a folder simserve did not make (or a sweep's): its own "
                         "files there (summary.*, requests.csv, config.*) are replaced, every "
                         "other file is left as it is")
+    p.add_argument("--adopt", action="store_true",
+                   help="take over a run folder written by a simserve older than its "
+                        ".simserve.json marker (recognised by its layout; refused if it holds "
+                        "anything else)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("--stream", action="store_true",
                    help="write per-request rows to requests.csv in chunks as requests finish "

@@ -50,8 +50,8 @@ class WorkloadConfig:
     random_range_ratio: float | None = None
     max_concurrency: int | None = None
     tile: int = 1  # repeat a trace file this many times in time (scale tests)
-    # a trace row with 0 output tokens: "error" (refused, naming its line) or "one" (counted
-    # as one token, in num_zero_output)
+    # a selected request (after start, num_requests, tile) with 0 output tokens: "error"
+    # (refused, naming its line) or "one" (counted as one token, in num_zero_output)
     zero_output: str = "error"
 
     def random_params(self) -> dict:

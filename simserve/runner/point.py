@@ -164,11 +164,13 @@ def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
                           progress: bool = True, stream: bool | None = None,
                           trace_events: str | Path | None = None,
                           overwrite: bool = False, workload: Workload | None = None,
-                          summary: SummaryFormat | None = None) -> list[PointResult]:
+                          summary: SummaryFormat | None = None,
+                          adopt: bool = False) -> list[PointResult]:
     """Every point of `cfg`; with `out`, the results folder too, written while holding the
     folder's lock (a second run into the same `out` at the same time is refused). `out` must
     be new, empty, or simserve's own run results (`storage.claim_out`; `overwrite` takes any
-    folder over); only simserve's files there are replaced, anything else stays.
+    folder over; `adopt` a run folder an older simserve wrote without a marker); only
+    simserve's files there are replaced, anything else stays.
     `trace_events`: where each point's Chrome / Perfetto trace goes (`trace_path`).
     `workload`: the requests of every point (a user's own), instead of `cfg`'s trace.
     `summary`: summary.json's form (`vllm_summary.SummaryFormat`; simserve's by default)."""
@@ -177,7 +179,7 @@ def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,
         return _run_experiment_config(cfg, None, progress, stream, trace_events, **extra)
     out = Path(out)
     with out_lock(out):
-        old = claim_out(out, "run", overwrite)
+        old = claim_out(out, "run", overwrite, adopt)
         try:
             clean_stale_temp(out)
             return _run_experiment_config(cfg, out, progress, stream, trace_events, old,
@@ -343,6 +345,6 @@ def table_footer(slo) -> str:
                            "SLO: none (add slo: {ttft_ms, tbt_ms} to judge attainment and goodput)")
 
 
-def check_out_dir(out: Path, overwrite: bool = False) -> None:
+def check_out_dir(out: Path, overwrite: bool = False, adopt: bool = False) -> None:
     """Fail before running when `run` may not write its results at `out` (`claim_out`)."""
-    claim_out(out, "run", overwrite)
+    claim_out(out, "run", overwrite, adopt)

@@ -1,5 +1,5 @@
-"""What a stored result was made from: simserve's version, a hash of simserve's own source, the
-resolved config's hash and the content of the trace files it read.
+"""What a stored result was made from: simserve's version, a hash of the simserve code and data
+it was simulated with, the resolved config's hash and the content of the trace files it read.
 
 A results folder carries this in its marker file `.simserve.json` (written last, so a folder
 whose marker says `complete` holds everything the marker lists); each sweep point carries its
@@ -7,11 +7,13 @@ own copy in `points/<hash>/provenance.json`. A stored point is reused on resume 
 four match what this process would compute (`staleness`).
 
 Trace files are hashed by content (sha256 of the bytes), remembered per process by (path,
-size, mtime_ns), so a sweep hashes a large trace once. The code hash covers every `.py`,
-`.pyx` and `.pxd` file of the simserve package and every data file it ships (hardware profiles,
-accuracy lines, prices: path and bytes), plus the profiles in the user's profile folders
-(`$SIMSERVE_PROFILE_DIR` and the config folders), so a refitted profile reruns the points that
-read it; it is computed once per process.
+size, mtime_ns), so a sweep hashes a large trace once. A result's `code_hash` is its point's
+(`point_inputs.point_code_hash`): the modules its simulation imports, the package data they
+read and the hardware profiles it uses (decode pools' included), so a refitted profile or an
+edited policy reruns the points that read it, and an edit elsewhere (the planner, `explain/`,
+another policy) reruns none. `code_hash()` is the whole package's (every source and data file
+and the user's profiles), for state that spans every design (the planner's); both are
+computed once per process.
 """
 from __future__ import annotations
 
@@ -56,9 +58,15 @@ def _package_hash() -> str:
 
 
 def code_hash() -> str:
-    """sha256[:16] over simserve's own source and data files and the user's hardware profiles
-    (an edited policy or a refitted profile gives a new hash)."""
+    """sha256[:16] over all of simserve's source and data files and the user's hardware
+    profiles (any edit gives a new hash); a point's results use `point_code_hash`."""
     return _package_hash()
+
+
+def point_code_hash(cfg) -> str:
+    """sha256[:16] over the code, data and profiles a point of `cfg` is simulated with."""
+    from simserve.runner.point_inputs import point_code_hash as point_hash
+    return point_hash(cfg)
 
 
 _FILE_HASHES: dict[tuple[str, int, int], str] = {}
@@ -92,7 +100,7 @@ def trace_hashes(cfg) -> dict[str, str]:
 
 def provenance(cfg, config_hash: str | None = None) -> dict:
     """What a result of `cfg` is made from, as stored beside it."""
-    return {"simserve_version": simserve_version(), "code_hash": code_hash(),
+    return {"simserve_version": simserve_version(), "code_hash": point_code_hash(cfg),
             "config_hash": config_hash or cfg.hash(), "traces": trace_hashes(cfg)}
 
 

@@ -97,11 +97,14 @@ def atomic_folder(dest: Path):
         raise
 
 
-def claim_out(out: Path, kind: str, overwrite: bool = False) -> dict | None:
+def claim_out(out: Path, kind: str, overwrite: bool = False, adopt: bool = False) -> dict | None:
     """Check that simserve may write a `kind` ("run" or "sweep") results folder at `out`, and
     return its marker (None for a new or empty folder, or one taken over with `overwrite`).
     A non-empty folder without simserve's marker, or one holding the other kind's results, is
-    refused unless `overwrite`; even then only the files simserve writes are replaced."""
+    refused unless `overwrite`; even then only the files simserve writes are replaced. A
+    folder an older simserve wrote (its layout alone, `adopt.older_results`) is taken over
+    with `adopt`, its marker then `adopt.adopted_marker`."""
+    from simserve.runner.adopt import adopted_marker, older_results
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder")
     try:
@@ -116,6 +119,18 @@ def claim_out(out: Path, kind: str, overwrite: bool = False) -> dict | None:
     if found is None or found.get("written_by") != "simserve":
         if overwrite:
             return None
+        old_kind, why = older_results(out) if found is None else (None, f"{MARKER} is not "
+                                                                   "simserve's")
+        if old_kind == kind and adopt:
+            return adopted_marker(out, kind)
+        if old_kind == kind:
+            also = " or --reuse-stale (keeps its points as they are)" if kind == "sweep" else ""
+            raise SimserveError(f"--out {out}: holds a {kind}'s results from a simserve older "
+                                f"than its {MARKER} marker; add --adopt to take it over "
+                                f"(stale points are rerun, nothing else is touched){also}")
+        if adopt:
+            what = f"holds a {old_kind}'s results" if old_kind else f"not simserve's ({why})"
+            raise SimserveError(f"--out {out}: {what}; refusing to adopt it as a {kind} ({hint})")
         raise SimserveError(f"--out {out}: folder is not empty and simserve did not make it "
                             f"(no {MARKER}); refusing to write into it ({hint})")
     if found.get("kind") != kind and not overwrite:

@@ -50,7 +50,7 @@ def _sweep(args: argparse.Namespace) -> int:
 def _sweep_checked(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.file, args.set or [])
     out = Path(args.out) if args.out else Path("results") / f"{sweep.name}-sweep"
-    check_sweep_out(out, args.overwrite)
+    check_sweep_out(out, args.overwrite, args.adopt or args.reuse_stale)
     if args.dry_run:
         check_points(sweep)
         status = point_status(sweep, out) if not args.overwrite else ["todo"] * len(sweep.points)
@@ -69,7 +69,7 @@ def _sweep_checked(args: argparse.Namespace) -> int:
         return 0
     res = run_sweep(sweep, out, executor=args.executor, workers=args.workers,
                     scheduler=args.scheduler, address=args.address, progress=not args.quiet,
-                    overwrite=args.overwrite, reuse_stale=args.reuse_stale)
+                    overwrite=args.overwrite, reuse_stale=args.reuse_stale, adopt=args.adopt)
     if len(res.records) <= MAX_TABLE_ROWS:
         cols = _ident_columns(sweep) + [c for c in TABLE_COLUMNS
                                         if any(r.get(c[0]) is not None for r in res.records)]
@@ -116,6 +116,11 @@ def register(sub) -> None:
     p.add_argument("--reuse-stale", action="store_true",
                    help="keep stored points made from other inputs (another trace file "
                         "content, simserve version or code) instead of rerunning them; a "
-                        "warning says how many and why, and their records carry `stale`")
+                        "warning says how many and why, and their records carry `stale`; "
+                        "also adopts a sweep folder written before simserve's marker")
+    p.add_argument("--adopt", action="store_true",
+                   help="take over a sweep folder written by a simserve older than its "
+                        ".simserve.json marker (recognised by its layout; refused if it holds "
+                        "anything else): its points rerun as stale, nothing else is touched")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_sweep)

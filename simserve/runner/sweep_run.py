@@ -1,8 +1,8 @@
 """Running a sweep: the points not done yet, each stored in `OUT/points/<hash>/` (written to a
 temporary sibling and renamed, so a folder that exists is complete) with the provenance it was
-made from; after every point `OUT/summary.json` (a list of run records, as `vllm bench` tools
-read), `OUT/summary.csv` and the marker `OUT/.simserve.json`, each atomically
-(`sweep_store`). A point's own record is `record.json`, so the top summary is the only
+made from; as points finish `OUT/summary.json` (a list of run records, as `vllm bench` tools
+read), `OUT/summary.csv` and the marker `OUT/.simserve.json`, each atomically (`sweep_store`:
+batched, and always at the end or on an interruption). A point's own record is `record.json`, so the top summary is the only
 `summary.json` a recursive loader finds (folders written before keep `summary.json` until a
 rerun renames it).
 
@@ -53,9 +53,10 @@ def write_point(points_dir: Path, sp: SweepPoint, summary: dict, requests_csv: s
     return dest
 
 
-def check_sweep_out(out: Path, overwrite: bool = False) -> dict | None:
-    """Fail before running when `sweep` may not write at `out` (`storage.claim_out`)."""
-    return claim_out(out, "sweep", overwrite)
+def check_sweep_out(out: Path, overwrite: bool = False, adopt: bool = False) -> dict | None:
+    """Fail before running when `sweep` may not write at `out` (`storage.claim_out`;
+    `adopt`: take over an older simserve's sweep folder, `adopt.older_results`)."""
+    return claim_out(out, "sweep", overwrite, adopt)
 
 
 @dataclass
@@ -70,13 +71,15 @@ class SweepOutcome:
 def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: int | None = None,
               scheduler: str | None = None, progress: bool = True, client=None,
               address: str | None = None, overwrite: bool = False,
-              reuse_stale: bool = False) -> SweepOutcome:
+              reuse_stale: bool = False, adopt: bool = False) -> SweepOutcome:
     """Run the points not stored yet, or stored from other inputs (`provenance.staleness`:
     another trace file content, simserve version or code; with `reuse_stale` these are kept,
     with a warning), then write OUT/summary.json and .csv. `overwrite` takes over a folder
     simserve did not make and reruns every point. `client` (a `distributed.Client`) is used
     by the dask executor when given; `address` is a Ray cluster's (the ray executor; a process
-    that called `ray.init` needs none)."""
+    that called `ray.init` needs none). `adopt` (or `reuse_stale`) takes over a sweep folder
+    an older simserve wrote without a marker (`adopt.older_results`): its points have no
+    provenance, so they rerun (`reuse_stale`: are kept, marked stale)."""
     from simserve.runner.executors import check_executor
 
     out = Path(out)
@@ -87,7 +90,7 @@ def run_sweep(sweep: Sweep, out: str | Path, executor: str = "local", workers: i
                    address=address)
     check_executor(executor, workers, scheduler, address)
     with out_lock(out):  # a second sweep into the same folder at the same time is refused
-        old = check_sweep_out(out, overwrite)
+        old = check_sweep_out(out, overwrite, adopt or reuse_stale)
         try:
             clean_stale_temp(out)
             return _run_sweep(sweep, out, ex_opts, progress, old, overwrite, reuse_stale)
@@ -121,12 +124,25 @@ def _run_sweep(sweep: Sweep, out: Path, ex_opts: dict, progress: bool, old: dict
                 # what the points read from disk, read here: a worker may be on another machine
                 inputs = sweep_inputs([sp.cfg for sp in todo], hardware)
                 tasks = [SweepTask(sp.cfg, sp.describe()) for sp in todo]
-                for i, (summary, csv) in ex.map_unordered(simulate_one, tasks, inputs):
-                    write_point(pdir, todo[i], summary, csv, plan.current[todo[i].key])
-                    store.done(todo[i])
-                    bar.update()
+                try:
+                    for i, (summary, csv) in ex.map_unordered(simulate_one, tasks, inputs):
+                        write_point(pdir, todo[i], summary, csv, plan.current[todo[i].key])
+                        store.done(todo[i])
+                        bar.update()
+                except BaseException:
+                    _flush_quietly(store)   # the summary of the points stored so far
+                    raise
     records = store.write(final=True)
     return SweepOutcome(records, len(todo), len(unique) - len(todo), out, plan.stale_counts())
+
+
+def _flush_quietly(store: SummaryStore) -> None:
+    """Bring the summary up to the points stored, while another error propagates (a failure
+    here leaves the last consistent summary, which the resume replaces)."""
+    try:
+        store.flush()
+    except Exception:
+        pass
 
 
 def _tell_stale(plan: Plan, reuse_stale: bool) -> None:

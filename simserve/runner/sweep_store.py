@@ -1,7 +1,13 @@
 """A sweep's results folder as it fills: which stored points can be reused (`plan_points`),
-and `summary.json` / `summary.csv` / the marker rewritten after every point (`SummaryStore`),
-each atomically, so a sweep killed at any moment leaves a summary of exactly the points
-present and a marker saying `complete: false` with how many are done.
+and `summary.json` / `summary.csv` / the marker rewritten as points finish (`SummaryStore`),
+each atomically, so a sweep killed at any moment leaves a consistent folder: a summary of
+points that are all present, and a marker saying `complete: false` with how many the summary
+holds; the resume reads `points/`, so the rest are not rerun. A rewrite is O(points), so it is
+batched: after a point, the summary is rewritten once `WRITE_INTERVAL_S` have passed since the
+last rewrite and at least `WRITE_COST_FACTOR` times as long as that rewrite took (its cost then
+stays within ~1/20 of the sweep's time at any size), and always when the sweep ends or is
+interrupted (Ctrl-C, an error); only a process killed outright leaves a summary that lags the
+points, by at most that interval.
 
 A stored point is reused only when its `provenance.json` matches what this process would
 compute (`provenance.staleness`: config, trace file content, simserve version, code); a point
@@ -12,15 +18,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from simserve.runner import provenance as prov
 from simserve.runner.config import TOP_KEYS
+from simserve.runner.point_inputs import profile_names
 from simserve.runner.storage import plain_name, records_frame, records_json, remove_path
 
 POINT_FILES = ("record.json", "requests.csv", "config.yaml")
+WRITE_INTERVAL_S = 1.0   # the summary lags a finished point by at most this (or below)
+WRITE_COST_FACTOR = 20   # ... or by this many times the last rewrite's own time
+_clock = time.monotonic
 LEGACY_RECORD = "summary.json"  # a point's record before record.json
 SWEEP_FILES = ("summary.json", "summary.csv", "points")
 
@@ -82,10 +93,15 @@ class Plan:
 def plan_points(unique: list, pdir: Path, overwrite: bool, reuse_stale: bool) -> Plan:
     """Which of the distinct points to run: those not stored, those stored from other inputs
     (unless `reuse_stale`), and with `overwrite` every one."""
-    base = {"simserve_version": prov.simserve_version(), "code_hash": prov.code_hash()}
+    version = prov.simserve_version()
     plan = Plan([], {}, reuse_stale=reuse_stale)
+    code: dict = {}  # points of one hardware and policy share their code hash
     for sp in unique:
-        cur = {**base, "config_hash": sp.key, "traces": prov.trace_hashes(sp.cfg)}
+        same = (tuple(p.name for p in sp.cfg.policies), tuple(profile_names(sp.cfg)))
+        if same not in code:
+            code[same] = prov.point_code_hash(sp.cfg)
+        cur = {"simserve_version": version, "code_hash": code[same], "config_hash": sp.key,
+               "traces": prov.trace_hashes(sp.cfg)}
         plan.current[sp.key] = cur
         folder = pdir / sp.key
         if overwrite or not is_done(folder):
@@ -100,24 +116,39 @@ def plan_points(unique: list, pdir: Path, overwrite: bool, reuse_stale: bool) ->
 
 
 class SummaryStore:
-    """The records of the points present, in expansion order, written after each point."""
+    """The records of the points present, in expansion order, rewritten as points finish
+    (batched: see the module's docstring)."""
 
     def __init__(self, sweep, out: Path, plan: Plan, old_marker: dict | None):
         self.sweep, self.out, self.plan, self.old = sweep, out, plan, old_marker
         self.pdir = out / "points"
         self._stored: dict[str, dict] = {}  # point key -> its record.json, read once
+        self._written_at, self._write_s, self._pending = _clock(), 0.0, False
         todo = plan.todo_keys
         self.present = {sp.key for sp in sweep.unique() if sp.key not in todo}
         first = sweep.points[0].key if sweep.points else ""
+        codes = sorted({c["code_hash"] for c in plan.current.values()})
         self.prov = {**{k: v for k, v in plan.current.get(first, {}).items()
-                        if k in ("simserve_version", "code_hash")},
+                        if k == "simserve_version"},
+                     # the points' code hashes: the one they share, else a hash of them all
+                     "code_hash": codes[0] if len(codes) == 1 else
+                     hashlib.sha256("\n".join(codes).encode()).hexdigest()[:16],
                      "config_hash": _grid_hash(plan.current),
                      "traces": {n: h for c in plan.current.values()
                                 for n, h in c["traces"].items()}}
 
     def done(self, sp) -> None:
+        """Point `sp` is stored: rewrite the summary if one is due."""
         self.present.add(sp.key)
-        self.write()
+        self._pending = True
+        if _clock() - self._written_at >= max(WRITE_INTERVAL_S,
+                                              WRITE_COST_FACTOR * self._write_s):
+            self.write()
+
+    def flush(self) -> None:
+        """Rewrite the summary if points finished since the last rewrite."""
+        if self._pending:
+            self.write()
 
     def records(self) -> list[dict]:
         out = []
@@ -133,6 +164,7 @@ class SummaryStore:
 
     def write(self, final: bool = False) -> list[dict]:
         """summary.json, summary.csv, then the marker (`complete` once every point is in)."""
+        start = _clock()
         if self.old is not None and self.old.get("kind") != "sweep":  # taken over: --overwrite
             for name in self.old.get("files", []):
                 if plain_name(name) and name not in SWEEP_FILES:
@@ -146,6 +178,8 @@ class SummaryStore:
             "sweep", self.prov, list(SWEEP_FILES), complete=len(self.present) == n_unique,
             points_done=len(self.present), points_total=n_unique,
             stale_reused=sum(1 for k in self.plan.stale if k not in self.plan.todo_keys)))
+        self._written_at = _clock()
+        self._write_s, self._pending = self._written_at - start, False
         return recs
 
 

@@ -118,13 +118,16 @@ def _load(trace: str, num_requests: int | None, seed: int, start: int, random: d
         n = check_count(num_requests)
         w = SYNTHETIC[trace].generate(start + n, seed)
         return first_n(w, n, start) if start else w
-    w = zero_outputs(loaded if loaded is not None else load_named_trace(trace), zero_output)
+    w = loaded if loaded is not None else load_named_trace(trace)
+    file_rows = w.num_requests
     w = tile(w, tiles)
     if start >= w.num_requests:
         raise ConfigError(f"start: {start} is past the end of {w.name} ({w.num_requests} "
                           "requests)")
     n = w.num_requests - start if num_requests is None else num_requests
-    return first_n(w, n, start)
+    w = first_n(w, n, start)
+    # zero-output rows are refused or counted among the requests selected, not the whole file
+    return zero_outputs(w, zero_output, (start + np.arange(w.num_requests)) % file_rows)
 
 
 def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: float | None,
@@ -148,8 +151,9 @@ def build_workload(trace: str, *, num_requests: int | None, arrival: str, rate: 
     it (counted in `num_dropped`) or `cap` it (prompt to max_context - 1, then the output;
     counted in `num_capped`).
     loaded: the trace file already parsed (`load_named_trace(trace)`); it is then not read.
-    zero_output: a trace row with 0 output tokens is refused (`error`, naming its line) or
-    counted as one token (`one`; `transform.zero_outputs`).
+    zero_output: a selected request (after `start`, `num_requests`, `tile`) with 0 output
+    tokens is refused (`error`, naming its file line) or counted as one token (`one`;
+    `transform.zero_outputs`); rows the run does not select are neither.
     """
     if arrival not in ARRIVALS:
         raise ConfigError(f"arrival: expected one of {', '.join(ARRIVALS)}, got {arrival!r}"

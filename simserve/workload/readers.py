@@ -5,9 +5,10 @@ first bad line once a vectorised check has failed. Blank lines are skipped, but 
 names the file and the 1-based line number of the offending row.
 
 Output lengths of 0 are kept as read, counted in `meta["num_zero_output"]`, with the first such
-row's line in `meta["first_zero_output_line"]`: a run refuses them, naming that line, unless the
-workload says `zero_output: one` (`workload.transform.zero_outputs`). Prompt lengths of 0 and
-negative lengths are errors.
+row's line in `meta["first_zero_output_line"]` and every such row (`zero_output_rows`, 0-based)
+with its line (`zero_output_lines`): a run refuses those among the requests it selects, naming
+the first one's line, unless the workload says `zero_output: one`
+(`workload.transform.zero_outputs`). Prompt lengths of 0 and negative lengths are errors.
 """
 from __future__ import annotations
 
@@ -115,7 +116,9 @@ def _finish(path: Path, fmt: str, arrival_s, prompt, output, rows: _Rows, **meta
     rows.raise_first()
     zero_out = np.flatnonzero(output == 0)
     meta = {"source": str(path), "format": fmt, "num_zero_output": int(zero_out.size),
-            **({"first_zero_output_line": int(rows.lines[zero_out[0]])} if zero_out.size
+            **({"first_zero_output_line": int(rows.lines[zero_out[0]]),
+                "zero_output_rows": zero_out.tolist(),
+                "zero_output_lines": rows.lines[zero_out].tolist()} if zero_out.size
                else {}), **meta}
     output = np.asarray(output, dtype=np.int64)
     return Workload(np.asarray(arrival_s, dtype=np.float64), prompt.astype(np.int64), output,

@@ -158,26 +158,37 @@ def cap_context(w: Workload, max_context: int) -> Workload:
 ZERO_OUTPUT = ("error", "one")
 
 
-def zero_outputs(w: Workload, mode: str = "error") -> Workload:
-    """A trace's rows with 0 output tokens: `error` refuses the trace, naming the first such
-    row's file and line; `one` counts each as one token (the first token every request
-    produces, as vLLM's server returns it), the count kept in `meta["num_zero_output"]`."""
+def zero_outputs(w: Workload, mode: str = "error", rows=None) -> Workload:
+    """A trace's requests with 0 output tokens: `error` refuses the trace, naming the first such
+    request's file and line; `one` counts each as one token (the first token every request
+    produces, as vLLM's server returns it), the count kept in `meta["num_zero_output"]`.
+    `rows`: each request's row in the file (a selection of it, `start` / `num_requests` /
+    `tile`); None: request i is row i. Only the requests in `w` are refused or counted."""
     if mode not in ZERO_OUTPUT:
         raise ConfigError(f"zero_output: expected one of {', '.join(ZERO_OUTPUT)}, got "
                           f"{mode!r}")
     out = np.asarray(w.output_tokens)
     zero = out == 0
-    if not zero.any():
-        return w
+    n = int(zero.sum())
+    if not n:
+        return w if w.meta.get("num_zero_output", 0) == 0 else \
+            dataclasses.replace(w, meta={**w.meta, "num_zero_output": 0})
     if mode == "error":
         where = w.meta.get("source", w.name)
-        line = w.meta.get("first_zero_output_line")
-        at = f"{where}:{line}" if line else str(where)
-        raise TraceFormatError(f"{at}: output length of 0 tokens ({int(zero.sum())} such "
-                               "rows); set workload.zero_output: one to count each as one "
+        first = int(np.argmax(zero))
+        line = _line_of(w.meta, first if rows is None else int(rows[first]))
+        at = f"{where}:{line}" if line else f"{where}: request {first}"
+        raise TraceFormatError(f"{at}: output length of 0 tokens ({n} such "
+                               "requests); set workload.zero_output: one to count each as one "
                                "token")
     return dataclasses.replace(w, output_tokens=np.where(zero, 1, out).astype(np.int64),
-                               meta={**w.meta, "num_zero_output": int(zero.sum())})
+                               meta={**w.meta, "num_zero_output": n})
+
+
+def _line_of(meta: dict, row: int) -> int | None:
+    """The file line of zero-output row `row`, as the reader recorded it (None: not known)."""
+    lines = dict(zip(meta.get("zero_output_rows", ()), meta.get("zero_output_lines", ())))
+    return int(lines[row]) if row in lines else None
 
 
 def with_max_concurrency(w: Workload, max_concurrency: int | None) -> Workload:

@@ -54,15 +54,24 @@ class XpInstance(SpRanksEngine):
 
     def counters(self) -> dict:
         """The estimator counters (`tracking.EstimatorTracker.summary`) with the estimator's
-        α, β and dispatch margin. The instances share one tracker; the runner sums engines'
-        counters per key, so only instance 0 reports it."""
-        if self.tracker is None or self.index != 0:
+        α, β and dispatch margin, and admission's: `conflux_num_admission_rejections`, the
+        requests Moore–Hodgson dropped from at least one iteration's admitted set (each
+        counted once), and `conflux_num_admission_rejection_iterations`, the (request,
+        iteration) drops (a request dropped in 50 iterations counts 50). The instances share
+        one tracker and one KV-move count, which only instance 0 reports; each instance
+        reports its own admission drops (a request is planned by one instance), and the
+        runner sums engines' counters per key."""
+        if self.tracker is None:
             return {}
+        rep = self._report
+        own = dict(conflux_num_admission_rejections=len(rep.get("rejected_ids", ())),
+                   conflux_num_admission_rejection_iterations=rep.get("rejected", 0))
+        if self.index != 0:
+            return own
         return dict(self.tracker.summary(), conflux_tbt_margin=self.margin,
                     conflux_alpha=self.est.alpha, conflux_beta=self.est.beta,
                     conflux_num_ranks=self.R,
-                    conflux_num_kv_transfers=self.counts["num_kv_transfers"],
-                    conflux_num_admission_rejections=self._report.get("rejected", 0))
+                    conflux_num_kv_transfers=self.counts["num_kv_transfers"], **own)
 
     def _leap(self) -> int:
         return leap_instance(self)

@@ -63,6 +63,7 @@ def plan_prefills(pending: Sequence[PendingPrefill], needs_decode: Sequence[bool
         order = admitted + rejected
         if report is not None and rejected:
             report["rejected"] = report.get("rejected", 0) + len(rejected)
+            report.setdefault("rejected_ids", set()).update(p.req_id for p in rejected)
     index = {p.req_id: k for k, p in enumerate(pending)}
     free = list(free)
     cols = None  # the ranks' placement columns with this iteration's placements, once one is made

@@ -9,8 +9,8 @@ the hardware there; the round decisions then see the grid and its interpolation,
 round itself is priced by the cost models at its exact shape. The difference is NEO's
 prediction error, and it is real: off-grid widths are interpolated, GPU decode attention is a
 function of the KV tokens alone (profiled with as few sequences as hold them), CPU attention
-is profiled with the tokens split evenly over the sequences, and the CPU launch term is NEO's
-hard-coded 0.8 ms.
+is profiled with the tokens split evenly over the sequences, and the CPU launch term is the
+oracle's (`NeoConfig.cpu_launch_ms`, NEO's hard-coded 0.8 ms by default: one source).
 
 Grids (`TablePerfPredictor.__init__`; `bs` = block size, `T` = max tokens in a batch,
 `Ng`/`Nc` = tokens the GPU / host KV pool holds, `B` = max batch size, `Lmax` = max sequence
@@ -35,12 +35,6 @@ from bisect import bisect_left
 import numpy as np
 
 from simserve.policies.neo.predictor import Predictor
-
-# NEO's CPU launch term (`TablePerfPredictor.lnch_T`, ms per layer and sub-batch): its profiler
-# measured it (`ModelProfiler._profile_lnch`, "kernel launch & other Python overheads other
-# than CPU decoding") and the predictor hard-codes the result.
-NEO_LNCH_US = 800.0
-
 
 def _doubling(lo_bits: int, hi_bits: int) -> list[int]:
     """NEO's 3·2^(i-2), 2^i series for i in [lo_bits, hi_bits)."""
@@ -118,9 +112,11 @@ class TablePredictor(Predictor):
     the cost models it inherits from `Predictor` are read only by that profiling pass and by
     the simulated-time methods, never by a decision."""
 
-    def __init__(self, oracle: Predictor, tables: dict, lnch_us: float = NEO_LNCH_US):
+    def __init__(self, oracle: Predictor, tables: dict, lnch_us: float | None = None):
+        # NEO's CPU launch term (`TablePerfPredictor.lnch_T`): the oracle's unless given, which
+        # comes from the policy's `cpu_launch_ms` (NEO's value is its default)
         super().__init__(oracle.model, oracle.gpu, oracle.cpu, oracle.h2d, oracle.d2h, oracle.tp,
-                         lnch_us)
+                         oracle.lnch_us if lnch_us is None else lnch_us)
         self.lin_t = tables["lin"]
         self.pref_t = tables["pref"]
         self.gdec_t = tables["gdec"]
