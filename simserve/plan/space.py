@@ -31,7 +31,7 @@ class Candidate:
     nvlink: str | None
     pcie: str | None
     design: str            # the plan's policy name (vllm, dualpace, ...)
-    policy: str            # the registered policy simulated (vllm-routed where a router is set)
+    policy: str            # the registered policy simulated (a router is one of its options)
     options: tuple         # (name, value) pairs, in the plan's order
 
     @property
