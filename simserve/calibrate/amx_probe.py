@@ -21,6 +21,8 @@ in a child process because oneDNN and OpenMP read their environment once, at sta
   attention         CPU decode attention at batch 1-256, context 128-2,048: contiguous KV
                     (as calibrate) and paged (16-token blocks gathered through a block table).
 Per point: median time, TFLOP/s, and the clock read from /proc/cpuinfo during the run.
+Afterwards: `python -m simserve.calibrate.amx_summary DIR`. `--dry-run` checks here, without
+PyTorch, that a synthetic folder in this layout packs into what a call returns and summarizes.
 """
 from __future__ import annotations
 
@@ -166,13 +168,73 @@ def _meta(out: Path) -> dict:
             "kernel": platform.release()}
 
 
+def _synthetic(out: Path) -> None:
+    """A folder in the layout main() writes, with rows shaped as the row builders make them:
+    GEMMs at 10 % of peak unpinned, 15 % pinned, a third of that without AMX; vCPU 8 pairs
+    with vCPU 0 at 1.05x (an SMT sibling), the others at 1.9x."""
+    (out / "onednn_verbose").mkdir(parents=True, exist_ok=True)
+    rows: list = []
+    peak = 16 * 2.0 * 1024 / 1e3
+    for variant, frac in (("gemm_threads", 0.10), ("gemm_pinned", 0.15),
+                          ("gemm_no_amx", 0.05), ("gemm_fp32_out", 0.04)):
+        for name, m, k, n in SHAPES:
+            for t in THREADS:
+                tf = peak * frac * t / 16
+                rows.append({"variant": variant, "shape": name, "m": m, "k": k, "n": n,
+                             "threads": t, "median_us": 2 * m * k * n / tf / 1e6,
+                             "tflops": tf, "clock_mhz": 2000.0})
+        (out / f"{variant}.json").write_text(json.dumps(rows[-len(SHAPES) * len(THREADS):]))
+        (out / "onednn_verbose" / f"{variant}.txt").write_text("onednn_verbose,exec,cpu\n")
+    for j in range(1, 16):
+        rows.append({"variant": "pairs", "shape": f"vcpu0+vcpu{j}", "m": 1024, "k": 4096,
+                     "n": 6144, "threads": 2, "median_us": 1.0, "tflops": 1.0,
+                     "speedup_vs_one": 1.05 if j == 8 else 1.9, "clock_mhz": 2000.0})
+    for impl, gbps in (("contiguous", 120.0), ("paged_gather", 60.0)):
+        rows.append({"variant": "attention", "shape": impl, "batch": 64, "context": 2048,
+                     "threads": 16, "median_us": 1.0, "gbps": gbps, "clock_mhz": 2000.0})
+    keys = sorted({k for r in rows for k in r})
+    import csv
+    with open(out / "amx_probe.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    (out / "meta.json").write_text(json.dumps({"variants": VARIANTS, "dry_run": True}))
+
+
+def dry_run() -> int:
+    """Here, no PyTorch: the raw layout needs packing (it holds more files than a call
+    returns), the pack comes back whole, and amx_summary reads the synthetic answers."""
+    import tempfile
+    from simserve.calibrate import amx_summary
+    from simserve.realcheck import device_check as D
+    probs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, out = Path(tmp) / "raw", Path(tmp) / "OUT"
+        _synthetic(raw)
+        if not D.return_problems(str(raw)):
+            probs.append("the raw folder would come back unpacked: the plan's tar is not needed")
+        probs += D.return_problems(os.path.dirname(D.pack(str(raw), str(out), "amx")))
+        d = amx_summary.summarize(Path(D.unpack(str(out / "amx.tar.xz"), str(Path(tmp) / "b"))))
+        print(amx_summary.format_summary(d))
+        if abs((d["efficiency"]["gemm_pinned"] or 0) - 0.15) > 1e-9:
+            probs.append(f"pinned efficiency {d['efficiency']['gemm_pinned']}, built at 0.15")
+        if d["siblings_of_vcpu0"] != ["vcpu8"]:
+            probs.append(f"siblings {d['siblings_of_vcpu0']}, built as vcpu8")
+    return D.report("amx_probe", probs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--dry-run", action="store_true", help="check the plan here, no PyTorch")
     ap.add_argument("--total-s", type=float, default=540.0)
     ap.add_argument("--smoke", action="store_true", help="tiny shapes: does it run here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.dry_run:
+        return dry_run()
+    if not a.out:
+        ap.error("--out is required (or --dry-run)")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.child:
