@@ -222,7 +222,7 @@ CALLS = ([[".vllm/p1"], [".vllm/p2"], [".vllm/p3"],
 def dry_run(budget_s: float = 540.0, engine_start_s: float = 150.0) -> int:
     import tempfile
     sys.path.insert(0, REPO)
-    from simserve.realcheck import device_check as D
+    from simserve import device_check as D
     from simserve.realcheck import vllm_campaign as C
     probs = [f"vllm_campaign lacks {n}" for n in ("setup", "ENV", "ROOT", "SITE")
              if not hasattr(C, n)]

@@ -46,7 +46,7 @@ def dry_run(total_s: float, ranks: list[int]) -> int:
     import shutil
     import tempfile
     sys.path.insert(0, str(ROOT))
-    from simserve.realcheck import device_check as D
+    from simserve import device_check as D
     probs = []
     src = (ROOT / "simserve" / "calibrate" / "collectives.py").read_text()
     probs += [f"collectives.py has no {flag}" for flag in ("--nproc", "--total-s", "--coarse")

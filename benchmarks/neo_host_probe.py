@@ -232,7 +232,7 @@ def dry_run() -> int:
     synthetic rows in the probe's layout; packed, checked as a call returns it, summarized."""
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from simserve.realcheck import device_check as D
+    from simserve import device_check as D
     rows: list = []
     probe_requests(rows, 5)
     for part, size, us in (("call_linear", 8, 6.0), ("call_add", 8, 4.0), ("view", 8, 0.8),

@@ -284,7 +284,7 @@ def dry_run(budget_s: float, engine_start_s: float = 150.0) -> int:
     payload parts (where built), the probe's row layout, what comes back, and the reader."""
     import tempfile
     sys.path.insert(0, REPO)
-    from simserve.realcheck import device_check as D
+    from simserve import device_check as D
     from simserve.realcheck import sglang_steps
     probs = []
     total = engine_start_s

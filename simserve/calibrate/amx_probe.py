@@ -206,7 +206,7 @@ def dry_run() -> int:
     returns), the pack comes back whole, and amx_summary reads the synthetic answers."""
     import tempfile
     from simserve.calibrate import amx_summary
-    from simserve.realcheck import device_check as D
+    from simserve import device_check as D
     probs = []
     with tempfile.TemporaryDirectory() as tmp:
         raw, out = Path(tmp) / "raw", Path(tmp) / "OUT"

@@ -25,7 +25,7 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tree_bytes(root: str | None = None) -> int | None:
