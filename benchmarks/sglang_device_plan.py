@@ -63,13 +63,18 @@ def _batch_reqs(batch) -> list:
     mode = batch.forward_mode
     ext = getattr(batch, "extend_lens", None)
     pre = getattr(batch, "prefix_lens", None)
+    # a decode batch's lengths after `prepare_for_decode` (CPU copy, no sync); with the overlap
+    # schedule a request's output_ids can lag one step behind, so they are the fallback only
+    lens = getattr(batch, "seq_lens_cpu", None)
+    lens = [int(x) for x in lens] if lens is not None and len(lens) == len(batch.reqs) else None
     out = []
     for k, r in enumerate(batch.reqs):
         prompt = len(r.origin_input_ids)
         if not mode.is_decode() and ext is not None and k < len(ext):
             out.append((r.rid, int(ext[k]), int(pre[k]), prompt))
         else:                                   # a decode: one token after all it has
-            out.append((r.rid, 1, prompt + len(r.output_ids) - 1, prompt))
+            done = lens[k] - 1 if lens else prompt + len(r.output_ids) - 1
+            out.append((r.rid, 1, done, prompt))
     return out
 
 
@@ -201,7 +206,7 @@ def setup(out: str) -> int:
 def run(out: str, budget_s: float) -> None:
     hook = _install_hook()
     sys.path[:0] = [SITE, REPO]
-    os.environ["SIMSERVE_SGLANG_PROBE"] = out
+    os.environ.update(SIMSERVE_SGLANG_PROBE=out, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     os.environ["PYTHONPATH"] = os.pathsep.join([hook, SITE, REPO, os.environ.get("PYTHONPATH", "")])
     import sglang
     from simserve.realcheck.vllm_tokenizer import model_dir
@@ -267,6 +272,7 @@ def synthetic_run(raw: str, plans=PLANS[:2], n: int = 4) -> None:
                 r.output_ids.append(0)
                 chunks[i].append(t)
             b = _Batch(True, reqs)
+            b.seq_lens_cpu = [128 + k + 1] * n
             rows.append(step_row(t, t + 0.0003, 6.0 + 0.1 * k, str(b.forward_mode),
                                  _batch_reqs(b)))
         with open(os.path.join(raw, f"requests-{name}.jsonl"), "w") as f:

@@ -66,6 +66,19 @@ def test_built_payload_parts_fit_a_call():
     assert f"`.sglang/p1`..`p{len(parts)}`" in (ROOT / "docs" / "device-plan.md").read_text()
 
 
+def test_sglang_probe_counts_a_decode_from_the_batch_lengths():
+    """Under the overlap schedule a request's output_ids can lag a step: the batch's own
+    lengths say what the step computes."""
+    from benchmarks.sglang_device_plan import _Batch, _batch_reqs, _Req
+    b = _Batch(True, [_Req("p-0", 128, 0), _Req("p-1", 64, 5)])
+    b.seq_lens_cpu = [129, 70]
+    assert _batch_reqs(b) == [("p-0", 1, 128, 128), ("p-1", 1, 69, 64)]
+    del b.seq_lens_cpu
+    assert _batch_reqs(b)[1] == ("p-1", 1, 68, 64)
+    e = _Batch(False, [_Req("p-2", 300, 0)], ext=[256], pre=[0])
+    assert _batch_reqs(e) == [("p-2", 256, 0, 300)]
+
+
 # -- the call limits --------------------------------------------------------------------------
 def test_return_problems_names_what_would_not_come_back(tmp_path):
     assert D.return_problems(str(tmp_path)) == []
