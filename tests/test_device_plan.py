@@ -175,6 +175,17 @@ def test_sglang_scoring_prices_steps_and_reads_client_times(tmp_path):
     assert d["client"]["p99_itl_ms"] == pytest.approx(40.0, rel=0.05)
 
 
+def test_tp_campaign_names_existing_plans_and_tp_servers():
+    steps = json.loads((ROOT / "benchmarks" / "vllm_tp_campaign.json").read_text())
+    assert steps[0] == {"do": "setup"}
+    tps = [s["args"][s["args"].index("--tensor-parallel-size") + 1]
+           for s in steps if s["do"] == "server"]
+    assert tps == ["2", "4"]
+    for s in steps:
+        if s["do"] == "plan":
+            assert (ROOT / s["file"]).is_file(), s["file"]
+
+
 # -- the plan document ------------------------------------------------------------------------
 def test_plan_document_names_existing_scripts_and_fits_the_budget():
     text = (ROOT / "docs" / "device-plan.md").read_text()
