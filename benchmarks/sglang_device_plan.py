@@ -79,12 +79,13 @@ def _batch_reqs(batch) -> list:
 
 
 def _probe_scheduler(out_dir: str) -> None:
-    """Wrap `Scheduler.run_batch` in the scheduler process; rows are written once their CUDA
-    events have completed (no synchronisation is added to the loop)."""
+    """Wrap `Scheduler.run_batch` in the scheduler process. A step's row is written (one line,
+    flushed) at the first later call that finds its CUDA events complete: no synchronisation
+    is added to the loop, and only the run's last step or two can be left unwritten."""
     import torch
     from sglang.srt.managers import scheduler as S
     orig = S.Scheduler.run_batch
-    path = os.path.join(out_dir, f"steps-{os.getpid()}.jsonl")
+    log = open(os.path.join(out_dir, f"steps-{os.getpid()}.jsonl"), "a")
     pending: list = []
 
     def run_batch(self, batch, *args, **kw):
@@ -99,10 +100,10 @@ def _probe_scheduler(out_dir: str) -> None:
         done = 0
         while done < len(pending) and pending[done][3].query():
             done += 1
-        if done >= 64 or (done and not self.running_batch):
-            with open(path, "a") as f:
-                for a, b, x, y, mode, rq in pending[:done]:
-                    f.write(json.dumps(step_row(a, b, x.elapsed_time(y), mode, rq)) + "\n")
+        if done:
+            for a, b, x, y, mode, rq in pending[:done]:
+                log.write(json.dumps(step_row(a, b, x.elapsed_time(y), mode, rq)) + "\n")
+            log.flush()
             del pending[:done]
         return res
 
