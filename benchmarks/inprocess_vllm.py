@@ -122,7 +122,7 @@ def _rows(path: str) -> list[dict]:
 
 def _pct(q, xs) -> float:
     import numpy as np
-    return float(np.percentile(np.asarray(xs, dtype=float), q))
+    return float(np.percentile(np.asarray(xs, dtype=float), q)) if xs else float("nan")
 
 
 def simulated(name: str, rows: list[dict], model: str) -> dict:
@@ -154,8 +154,11 @@ def summarize(folder: str) -> list[dict]:
         if not os.path.exists(path):
             continue
         rows = _rows(path)
-        hand = [(r["vllm"]["queued_ts"] - r["add"]) * 1e6 for r in rows]
-        back = [(r["chunks"][0][0] - r["vllm"]["first_token_ts"]) * 1e6 for r in rows]
+        # vLLM's stats exist where it logged them (else an empty dict per request)
+        hand = [(r["vllm"]["queued_ts"] - r["add"]) * 1e6 for r in rows
+                if r["vllm"].get("queued_ts") is not None]
+        back = [(r["chunks"][0][0] - r["vllm"]["first_token_ts"]) * 1e6 for r in rows
+                if r["vllm"].get("first_token_ts") is not None]
         ttft = [(r["chunks"][0][0] - r["add"]) * 1e3 for r in rows]
         # each chunk is (receive time, tokens in that delta)
         tpot = [(r["chunks"][-1][0] - r["chunks"][0][0]) * 1e3
