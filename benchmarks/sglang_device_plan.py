@@ -311,7 +311,8 @@ def dry_run(budget_s: float, engine_start_s: float = 150.0) -> int:
             probs.append(".sglang/site.sha256 missing")
         probs += D.parts_problems([os.path.join(REPO, ".sglang", p) for p in parts],
                                   D.tree_bytes(REPO))
-        print(f"payload: {len(parts)} parts, {len(parts) + 1} back-to-back calls to set up")
+        print(f"payload: {len(parts)} parts: {len(parts)} back-to-back calls, the last "
+              "running setup, then the run call")
     else:
         print("payload: not built (benchmarks/sglang_payload/build.sh); parts not checked")
     _HOOK.format(repo=REPO)
