@@ -286,7 +286,7 @@ def synthetic_run(raw: str, plans=PLANS[:2], n: int = 4) -> None:
         json.dump({"sglang": "dry-run", "model": MODEL, "plans": list(plans)}, f)
 
 
-def dry_run(budget_s: float, engine_start_s: float = 150.0) -> int:
+def dry_run(budget_s: float, engine_start_s: float = 150.0, payload: bool = True) -> int:
     """Everything checkable without a GPU: plans, their duration against the budget, the
     payload parts (where built), the probe's row layout, what comes back, and the reader."""
     import tempfile
@@ -305,7 +305,7 @@ def dry_run(budget_s: float, engine_start_s: float = 150.0) -> int:
                      f"budget {budget_s:.0f} s")
     parts = sorted((d for d in os.listdir(os.path.join(REPO, ".sglang"))
                     if d[1:].isdigit()), key=lambda d: int(d[1:])) \
-        if os.path.isdir(os.path.join(REPO, ".sglang")) else []
+        if payload and os.path.isdir(os.path.join(REPO, ".sglang")) else []
     if parts:
         if not os.path.isfile(os.path.join(REPO, ".sglang", "site.sha256")):
             probs.append(".sglang/site.sha256 missing")
@@ -315,6 +315,12 @@ def dry_run(budget_s: float, engine_start_s: float = 150.0) -> int:
               "running setup, then the run call")
     else:
         print("payload: not built (benchmarks/sglang_payload/build.sh); parts not checked")
+    site = os.path.join(REPO, ".sglang", "site")
+    if payload and os.path.isdir(site):   # what the Engine path imports, against payload and image
+        sys.path.insert(0, os.path.join(REPO, "benchmarks", "sglang_payload"))
+        import import_closure
+        probs += [f"payload and image lack {t} (imported by {m})"
+                  for t, m in sorted(import_closure.missing(site).items())]
     _HOOK.format(repo=REPO)
     with tempfile.TemporaryDirectory() as tmp:
         raw, out = os.path.join(tmp, "raw"), os.path.join(tmp, "OUT")

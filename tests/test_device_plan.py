@@ -41,12 +41,12 @@ def test_sglang_dry_run_fails_on_a_plan_without_its_fields(monkeypatch, tmp_path
     for name in P.PLANS:
         (plans / f"{name}.json").write_text(json.dumps({"requests": [{"t": 0.0, "prompt": 8}]}))
     monkeypatch.setattr(P, "REPO", str(tmp_path))
-    assert P.dry_run(480.0) == 1
+    assert P.dry_run(480.0, payload=False) == 1
 
 
 def test_sglang_dry_run_fails_past_the_budget():
     import benchmarks.sglang_device_plan as P
-    assert P.dry_run(budget_s=60.0) == 1
+    assert P.dry_run(budget_s=60.0, payload=False) == 1
 
 
 def test_nccl_dry_run_fails_on_a_starved_rank_count():
@@ -77,6 +77,25 @@ def test_sglang_probe_counts_a_decode_from_the_batch_lengths():
     assert _batch_reqs(b)[1] == ("p-1", 1, 68, 64)
     e = _Batch(False, [_Req("p-2", 300, 0)], ext=[256], pre=[0])
     assert _batch_reqs(e) == [("p-2", 256, 0, 300)]
+
+
+def test_import_closure_follows_load_time_imports_only(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks" / "sglang_payload"))
+    import import_closure as I
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text(
+        "import foo\ntry:\n    import bar\nexcept ImportError:\n    pass\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import baz\n")
+    (site / "sglang" / "engine.py").write_text(
+        "import numpy\nfrom .x import y\nimport mini\n\ndef f():\n    import inner\n")
+    (site / "sglang" / "x.py").write_text("import qux\n")
+    (site / "mini").mkdir()
+    (site / "mini" / "__init__.py").write_text("import deep\n")
+    found = I.hard_imports(str(site), starts=("sglang.engine",))
+    assert set(found) == {"foo", "numpy", "qux", "deep"} and found["qux"] == "sglang.x"
+    assert set(I.missing(str(site), starts=("sglang.engine",))) == {"foo", "qux", "deep"}
 
 
 # -- the call limits --------------------------------------------------------------------------

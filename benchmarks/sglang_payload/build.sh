@@ -16,6 +16,8 @@
 # Not carried (stubs under .sglang/site): xgrammar (structured outputs; protocol.py already
 # falls back when it is missing, the stub keeps function_call imports working) and IPython
 # (sglang.utils imports IPython.display for notebooks only).
+# Check afterwards: `python benchmarks/sglang_payload/import_closure.py` (every module-level
+# import on the Engine path is in the payload or the device image).
 # Needs pip, unzip, xz, split, sha256sum. Prints the part count and sizes.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +27,7 @@ XZ_LEVEL=${XZ_LEVEL:--9}
 W=.sglang/build
 SITE=.sglang/site
 SHARED="pydantic pydantic_core annotated_types typing_inspection fastapi starlette uvicorn msgspec
- pyzmq pybase64 setproctitle partial_json_parser gguf dill sniffio jiter"
+ pyzmq pybase64 setproctitle partial_json_parser gguf dill sniffio jiter opentelemetry_api"
 PLAT="--only-binary=:all: --python-version 3.12 --implementation cp \
  --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 \
  --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_24_x86_64 \
