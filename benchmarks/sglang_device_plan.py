@@ -43,8 +43,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = "/tmp/sg"
 SITE, PARTS = f"{ROOT}/site", f"{ROOT}/parts"
 MODEL = "llama-3.1-8b"
-PLANS = ("llama-3.1-8b-short-r100", "llama-3.1-8b-random-r6.2", "llama-3.1-8b-random-r15.5",
-         "llama-3.1-8b-random-r24.8", "llama-3.1-8b-short-rinf")
+# per model: the vLLM runs' plans at light, middle and near-knee load, and the `short` workload
+PLANS_BY_MODEL = {
+    "llama-3.1-8b": ("short-r100", "random-r6.2", "random-r15.5", "random-r24.8", "short-rinf"),
+    "qwen3-14b": ("short-r100", "random-r3.3", "random-r8.3", "random-r13.4", "short-rinf")}
+PLANS = tuple(f"{MODEL}-{p}" for p in PLANS_BY_MODEL[MODEL])
+
+
+def plans_for(model: str) -> tuple[str, ...]:
+    return tuple(f"{model}-{p}" for p in PLANS_BY_MODEL[model])
+
+
 PLAN_KEYS = ("t", "p", "o")          # send time (s), prompt and output tokens
 IMPORTS = ("sglang", "sglang.srt.entrypoints.engine", "sglang.srt.managers.scheduler",
            "sglang.srt.models.llama", "sglang.srt.layers.attention.flashattention_backend",
@@ -191,7 +200,7 @@ def setup(out: str) -> int:
         subprocess.run(f"cat {cat} | xz -d -T0 | tar xf - -C {SITE}", shell=True, check=True)
         sys.path.insert(0, REPO)
         from simserve.realcheck.vllm_tokenizer import model_dir
-        info["model_dir"] = model_dir(MODEL, f"{ROOT}/models")
+        info["model_dirs"] = [model_dir(m, f"{ROOT}/models") for m in PLANS_BY_MODEL]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([SITE, REPO]))
         for mod in IMPORTS:
             r = subprocess.run([sys.executable, "-c", f"import {mod}"], env=env, text=True,
@@ -204,26 +213,27 @@ def setup(out: str) -> int:
     return 0 if info["sha256_ok"] else 1
 
 
-def run(out: str, budget_s: float) -> None:
+def run(out: str, budget_s: float, model: str = MODEL) -> None:
     hook = _install_hook()
     sys.path[:0] = [SITE, REPO]
     os.environ.update(SIMSERVE_SGLANG_PROBE=out, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     os.environ["PYTHONPATH"] = os.pathsep.join([hook, SITE, REPO, os.environ.get("PYTHONPATH", "")])
     import sglang
     from simserve.realcheck.vllm_tokenizer import model_dir
-    md = model_dir(MODEL, f"{ROOT}/models")
+    md = model_dir(model, f"{ROOT}/models")
+    plans = plans_for(model)
     start = time.monotonic()
     loop = asyncio.new_event_loop()          # one loop: SGLang's tokenizer manager binds to it
     asyncio.set_event_loop(loop)
     engine = sglang.Engine(model_path=md, load_format="dummy", skip_tokenizer_init=True)
     with open(os.path.join(out, "meta.json"), "w") as f:
-        json.dump({"sglang": sglang.__version__, "model": MODEL, "plans": list(PLANS),
+        json.dump({"sglang": sglang.__version__, "model": model, "plans": list(plans),
                    "engine_start_s": time.monotonic() - start, "clock": "time.monotonic",
                    "server_args": {k: str(v) for k, v in vars(engine.server_args).items()}},
                   f, indent=1)
-    loop.run_until_complete(_replay(engine, "warmup", load_plan(PLANS[0]),
+    loop.run_until_complete(_replay(engine, "warmup", load_plan(plans[0]),
                                     os.path.join(ROOT, "warmup.jsonl")))
-    for name in PLANS:
+    for name in plans:
         plan = load_plan(name)
         if time.monotonic() - start + plan["requests"][-1]["t"] + 10 > budget_s:
             print(f"{name}: skipped, past the budget")
@@ -294,15 +304,16 @@ def dry_run(budget_s: float, engine_start_s: float = 150.0, payload: bool = True
     from simserve import device_check as D
     from simserve.realcheck import sglang_steps
     probs = []
-    total = engine_start_s
-    for name in PLANS:
-        try:
-            total += load_plan(name)["requests"][-1]["t"] + 2
-        except (OSError, ValueError, KeyError) as exc:
-            probs.append(f"plan {name}: {exc}")
-    if total > budget_s:
-        probs.append(f"plans need ~{total:.0f} s (engine start assumed {engine_start_s:.0f} s), "
-                     f"budget {budget_s:.0f} s")
+    for model in PLANS_BY_MODEL:     # warm-up (the first plan again), then every plan
+        total = engine_start_s
+        for k, name in enumerate(plans_for(model)):
+            try:
+                total += (1 + (k == 0)) * (load_plan(name)["requests"][-1]["t"] + 2)
+            except (OSError, ValueError, KeyError) as exc:
+                probs.append(f"plan {name}: {exc}")
+        if total > budget_s:
+            probs.append(f"{model}: plans need ~{total:.0f} s (engine start assumed "
+                         f"{engine_start_s:.0f} s), budget {budget_s:.0f} s")
     parts = sorted((d for d in os.listdir(os.path.join(REPO, ".sglang"))
                     if d[1:].isdigit()), key=lambda d: int(d[1:])) \
         if payload and os.path.isdir(os.path.join(REPO, ".sglang")) else []
@@ -338,6 +349,7 @@ def main(argv=None) -> int:
     ap.add_argument("--step", choices=("setup", "run"))
     ap.add_argument("--out")
     ap.add_argument("--budget-s", type=float, default=480.0)
+    ap.add_argument("--model", default=MODEL, choices=sorted(PLANS_BY_MODEL))
     ap.add_argument("--dry-run", action="store_true", help="check the plan here, no GPU")
     a = ap.parse_args(argv)
     if a.dry_run:
@@ -347,7 +359,7 @@ def main(argv=None) -> int:
     os.makedirs(a.out, exist_ok=True)
     if a.step == "setup":
         return setup(a.out)
-    run(a.out, a.budget_s)
+    run(a.out, a.budget_s, a.model)
     return 0
 
 

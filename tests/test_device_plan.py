@@ -38,10 +38,16 @@ def test_sglang_dry_run_fails_on_a_plan_without_its_fields(monkeypatch, tmp_path
     import benchmarks.sglang_device_plan as P
     plans = tmp_path / "validation" / "vllm-h200" / "plans"
     plans.mkdir(parents=True)
-    for name in P.PLANS:
-        (plans / f"{name}.json").write_text(json.dumps({"requests": [{"t": 0.0, "prompt": 8}]}))
+    for model in P.PLANS_BY_MODEL:
+        for name in P.plans_for(model):
+            (plans / f"{name}.json").write_text(json.dumps({"requests": [{"t": 0.0, "p": 8}]}))
     monkeypatch.setattr(P, "REPO", str(tmp_path))
-    assert P.dry_run(480.0, payload=False) == 1
+    assert P.dry_run(480.0, payload=False) == 1, "a plan without the output field passed"
+    for model in P.PLANS_BY_MODEL:
+        for name in P.plans_for(model):
+            (plans / f"{name}.json").write_text(json.dumps({"requests": [{"t": 0.0, "p": 8,
+                                                                           "o": 2}]}))
+    assert P.dry_run(480.0, payload=False) == 0   # the same plans with every field pass
 
 
 def test_sglang_dry_run_fails_past_the_budget():
