@@ -227,7 +227,12 @@ def run(out: str, budget_s: float, model: str = MODEL) -> None:
     asyncio.set_event_loop(loop)
     engine = sglang.Engine(model_path=md, load_format="dummy", skip_tokenizer_init=True)
     with open(os.path.join(out, "meta.json"), "w") as f:
-        json.dump({"sglang": sglang.__version__, "model": model, "plans": list(plans),
+        import flashinfer
+        import sgl_kernel
+        import torch
+        json.dump({"sglang": sglang.__version__, "sgl_kernel": sgl_kernel.__version__,
+                   "flashinfer": flashinfer.__version__, "torch": torch.__version__,
+                   "gpu": torch.cuda.get_device_name(0), "model": model, "plans": list(plans),
                    "engine_start_s": time.monotonic() - start, "clock": "time.monotonic",
                    "server_args": {k: str(v) for k, v in vars(engine.server_args).items()}},
                   f, indent=1)
