@@ -56,7 +56,10 @@ rm -rf "$SITE"/sglang/multimodal_gen "$SITE"/sglang/test "$SITE"/sgl_kernel/sm10
        "$SITE"/sgl_kernel/infllm_ops.*.so
 find "$SITE" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p "$SITE/xgrammar" "$SITE/IPython"
-cp "$HERE/stubs/xgrammar.py" "$SITE/xgrammar/__init__.py"
+# the vLLM payload's xgrammar stub, plus StructuralTag as a typing alias (SGLang's pydantic
+# models name it in annotations; an empty class there would not validate)
+cp "$HERE/../../simserve/realcheck/vllm_payload/xgrammar_stub.py" "$SITE/xgrammar/__init__.py"
+printf '\nfrom typing import Any\nStructuralTag = Any\n' >> "$SITE/xgrammar/__init__.py"
 cp "$HERE/stubs/ipython_display.py" "$SITE/IPython/display.py"
 : > "$SITE/IPython/__init__.py"
 du -sb "$SITE" | sed 's/\t.*/ bytes unpacked/'
