@@ -11,14 +11,17 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         step_per_token_us: 0.07      #   and per token scheduled)
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
-        frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
+        frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us,
+                   batch_stage: {window_us, max_size, call_us, call_per_token_us}}
         host_calls: {full|piecewise|eager: {schedule_us, launch_us_per_layer, update_us}}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
 the GPU runs step n, so a step lasts max(GPU forward, host work); without it the two add.
 The front end (API server: HTTP, tokenising, output processing, detokenising, streaming)
-is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`.
+is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`. With `batch_stage`
+(fitted by `python -m simserve.realcheck.tokenizer_fit`) the prompts then pass a batching
+worker: vLLM's API server tokenises every prompt queued together in one call.
 
 `engine: ideal` is the engine with no host path at all: GPU forwards back to back, tokens
 delivered when sampled, requests seen when they arrive. `engine: generic` keeps the profile's
@@ -69,11 +72,15 @@ class EngineHost:
     def make_frontend(self):
         if not self.frontend:
             return None
-        from simserve.sim.frontend import FrontEnd
+        from simserve.sim.frontend import BatchStage, FrontEnd
         f = self.frontend
+        b = f.get("batch_stage")
+        stage = None if not b else BatchStage(
+            float(b["window_us"]), int(b["max_size"]), float(b["call_us"]),
+            float(b["call_per_token_us"]))
         return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
                         float(f["out_per_output_us"]), float(f.get("in_delay_us", 0.0)),
-                        float(f.get("out_delay_us", 0.0)))
+                        float(f.get("out_delay_us", 0.0)), stage=stage)
 
 
 IDEAL = EngineHost("ideal")
