@@ -11,17 +11,19 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         step_per_token_us: 0.07      #   and per token scheduled)
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
-        frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us,
-                   batch_stage: {window_us, max_size, call_us, call_per_token_us}}
+        frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
+        frontend_batched: {the same keys, batch_stage: {window_us, max_size, call_us,
+                           call_per_token_us}}   # optional; used with tokenizer_batching
         host_calls: {full|piecewise|eager: {schedule_us, launch_us_per_layer, update_us}}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
 the GPU runs step n, so a step lasts max(GPU forward, host work); without it the two add.
 The front end (API server: HTTP, tokenising, output processing, detokenising, streaming)
-is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`. With `batch_stage`
-(fitted by `python -m simserve.realcheck.tokenizer_fit`) the prompts then pass a batching
-worker: vLLM's API server tokenises every prompt queued together in one call.
+is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`. With
+`tokenizer_batching: true` the engine uses `frontend_batched` instead (fitted by
+`python -m simserve.realcheck.tokenizer_fit --search`): the prompts then pass a batching
+worker, as vLLM's API server tokenises every prompt queued together in one call.
 
 `engine: ideal` is the engine with no host path at all: GPU forwards back to back, tokens
 delivered when sampled, requests seen when they arrive. `engine: generic` keeps the profile's
@@ -48,6 +50,9 @@ class EngineHost:
     gpu_tokens: tuple = ()
     gpu_factor: tuple = ()
     frontend: dict | None = None
+    # the front end refitted with a batching stage (`frontend_batched` in the profile), used
+    # instead of `frontend` when asked for (`with_batching`)
+    frontend_batched: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
     capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
     # the async engine-core loop's host calls by how a step runs ("full": one CUDA graph,
@@ -115,6 +120,19 @@ IN_PROCESS = {
 }
 
 
+def with_batching(host: EngineHost | None, on: bool) -> EngineHost | None:
+    """`host` with its batched front end (`frontend_batched`: the API server's tokenizer
+    batching stage and the admission costs refitted around it) when `on`; unchanged when
+    off. Raises ValueError when asked of an engine whose profile has none fitted."""
+    if not on:
+        return host
+    if host is None or host.ideal or not host.frontend_batched:
+        name = "this engine" if host is None else host.name
+        raise ValueError(f"tokenizer_batching: {name} has no fitted batching stage "
+                         "(overheads.engines.<name>.frontend_batched in the GPU profile)")
+    return dataclasses.replace(host, frontend=dict(host.frontend_batched))
+
+
 def client_host(host: EngineHost | None, api_server: bool | None, detokenize: bool,
                 offline: bool = False) -> EngineHost | None:
     """`host` with its front end replaced by the in-process client's (`IN_PROCESS`) when
@@ -167,6 +185,7 @@ def engine_host(profile, engine: str | None, version: str | None = None) -> Engi
                       step_per_seq_us=float(m.get("step_per_seq_us", 0.0)),
                       step_per_token_us=float(m.get("step_per_token_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
-                      frontend=m.get("frontend"), attention=m.get("attention"),
+                      frontend=m.get("frontend"), frontend_batched=m.get("frontend_batched"),
+                      attention=m.get("attention"),
                       capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())),
                       host_calls=m.get("host_calls"))
