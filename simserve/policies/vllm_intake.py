@@ -77,7 +77,7 @@ class Intake:
         t = now + fe.in_delay_s
         if t > now:
             self._admitting.append(t)
-            at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
+            at(env, t).callbacks.append(lambda _ev: self._admitted(rid))
         else:
             self.engine.arrive(rid)
 

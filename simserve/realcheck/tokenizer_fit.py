@@ -3,13 +3,14 @@ vLLM entry) from the real-vLLM probe logs, and say how well it predicts.
 
     python -m simserve.realcheck.tokenizer_fit [--root validation/vllm-h200] [--fit llama-default]
 
-How vLLM 0.22.1's API server admits a completion request (read from its source):
+How vLLM's API server admits a completion request (read from vllm-project/vllm at commit
+10f319bf, a main-branch snapshot of the 0.2x series; the probe's patch points match 0.22.1):
 - `vllm/entrypoints/openai/completion/serving.py` (`OpenAIServingCompletion.create_completion`)
   parses and validates the request on the server's asyncio event loop, then renders the
   prompt through the renderer (`vllm/renderers/base.py`, `BaseRenderer.tokenize_prompt_async`,
   the call the probe times as `tokenize`), which awaits the renderer's one
   `AsyncMicrobatchTokenizer` (`BaseRenderer.get_async_tokenizer`);
-- `AsyncMicrobatchTokenizer` (`vllm/utils/async_utils.py`) keeps one asyncio queue per kind
+- `AsyncMicrobatchTokenizer` (`vllm/utils/async_utils.py:24`, defaults at :35-36) keeps one asyncio queue per kind
   of call (encode / decode, by the encode keyword arguments) and one batcher task per queue
   (`_batch_encode_loop`): it waits for the first prompt, then keeps taking prompts for
   `batch_wait_timeout_s` (default 0.002 s) or until it holds `max_batch_size` (default 32),
@@ -170,7 +171,10 @@ def search(root: str, server: str, stage: dict) -> dict:
     from simserve.cost.host import engine_host
     from simserve.hardware.profile import load_profile
     from simserve.realcheck.host_fit import frontend_search
-    fe = dict(engine_host(load_profile("h200-sxm"), "vllm").frontend)
+    host = engine_host(load_profile("h200-sxm"), "vllm")
+    if host is None or not host.frontend:
+        raise SystemExit("tokenizer_fit: h200-sxm has no measured vLLM front end to refit")
+    fe = dict(host.frontend)
     fe["batch_stage"] = stage
     return frontend_search(root, fe, servers=(server,), grid=GRID)
 
