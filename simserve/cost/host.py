@@ -12,13 +12,18 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         gpu_in_situ: {tokens: [...], factor: [...]}   # vLLM's forward / simserve's prediction
         attention: {MODEL: {prefill_attn, decode_attn, varlen_decode}}  # vLLM's FA3, timed
         frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
+        frontend_batched: {the same keys, batch_stage: {window_us, max_size, call_us,
+                           call_per_token_us}}   # optional; used with tokenizer_batching
         host_calls: {full|piecewise|eager: {schedule_us, launch_us_per_layer, update_us}}
         source: ...
 
 With asynchronous scheduling (vLLM's default since 0.12) the host prepares step n+1 while
 the GPU runs step n, so a step lasts max(GPU forward, host work); without it the two add.
 The front end (API server: HTTP, tokenising, output processing, detokenising, streaming)
-is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`.
+is one CPU every request contends for: `simserve.sim.frontend.FrontEnd`. With
+`tokenizer_batching: true` the engine uses `frontend_batched` instead (fitted by
+`python -m simserve.realcheck.tokenizer_fit --search`): the prompts then pass a batching
+worker, as vLLM's API server tokenises every prompt queued together in one call.
 
 `engine: ideal` is the engine with no host path at all: GPU forwards back to back, tokens
 delivered when sampled, requests seen when they arrive. `engine: generic` keeps the profile's
@@ -45,6 +50,9 @@ class EngineHost:
     gpu_tokens: tuple = ()
     gpu_factor: tuple = ()
     frontend: dict | None = None
+    # the front end refitted with a batching stage (`frontend_batched` in the profile), used
+    # instead of `frontend` when asked for (`with_batching`)
+    frontend_batched: dict | None = None
     attention: dict | None = None  # model -> vLLM's own attention tables (TP1)
     capture_sizes: tuple = ()      # CUDA-graph batch sizes: a replay pads the batch to one
     # the async engine-core loop's host calls by how a step runs ("full": one CUDA graph,
@@ -69,11 +77,15 @@ class EngineHost:
     def make_frontend(self):
         if not self.frontend:
             return None
-        from simserve.sim.frontend import FrontEnd
+        from simserve.sim.frontend import BatchStage, FrontEnd
         f = self.frontend
+        b = f.get("batch_stage")
+        stage = None if not b else BatchStage(
+            float(b["window_us"]), int(b["max_size"]), float(b["call_us"]),
+            float(b["call_per_token_us"]))
         return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
                         float(f["out_per_output_us"]), float(f.get("in_delay_us", 0.0)),
-                        float(f.get("out_delay_us", 0.0)))
+                        float(f.get("out_delay_us", 0.0)), stage=stage)
 
 
 IDEAL = EngineHost("ideal")
@@ -106,6 +118,19 @@ IN_PROCESS = {
     # reads them on the same event loop (no socket), ~0
     "out_delay_us": 0.0,
 }
+
+
+def with_batching(host: EngineHost | None, on: bool) -> EngineHost | None:
+    """`host` with its batched front end (`frontend_batched`: the API server's tokenizer
+    batching stage and the admission costs refitted around it) when `on`; unchanged when
+    off. Raises ValueError when asked of an engine whose profile has none fitted."""
+    if not on:
+        return host
+    if host is None or host.ideal or not host.frontend_batched:
+        name = "this engine" if host is None else host.name
+        raise ValueError(f"tokenizer_batching: {name} has no fitted batching stage "
+                         "(overheads.engines.<name>.frontend_batched in the GPU profile)")
+    return dataclasses.replace(host, frontend=dict(host.frontend_batched))
 
 
 def client_host(host: EngineHost | None, api_server: bool | None, detokenize: bool,
@@ -160,6 +185,7 @@ def engine_host(profile, engine: str | None, version: str | None = None) -> Engi
                       step_per_seq_us=float(m.get("step_per_seq_us", 0.0)),
                       step_per_token_us=float(m.get("step_per_token_us", 0.0)),
                       gpu_tokens=tuple(g.get("tokens", ())), gpu_factor=tuple(g.get("factor", ())),
-                      frontend=m.get("frontend"), attention=m.get("attention"),
+                      frontend=m.get("frontend"), frontend_batched=m.get("frontend_batched"),
+                      attention=m.get("attention"),
                       capture_sizes=tuple(int(x) for x in m.get("cudagraph_capture_sizes", ())),
                       host_calls=m.get("host_calls"))

@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 
 from simserve.cost import BatchShape, GpuCostModel
-from simserve.cost.host import client_host, engine_host
+from simserve.cost.host import client_host, engine_host, with_batching
 from simserve.errors import ConfigError
 from simserve.policies.base import EngineBase, cost_model, deploy, kv_blocks
 from simserve.policies.routing import route
@@ -130,6 +130,7 @@ class ChunkedEngine(EngineBase):
             host = engine_host(hw.gpu, cfg.engine, cfg.vllm_version)
             if host is not None and cfg.async_scheduling is not None and not host.ideal:
                 host = dataclasses.replace(host, async_scheduling=cfg.async_scheduling)
+            host = with_batching(host, cfg.tokenizer_batching)
             host = client_host(host, cfg.api_server, cfg.detokenize, cfg.offline)
         except ValueError as exc:
             raise ConfigError(f"policy {self.kind}: {exc}") from None

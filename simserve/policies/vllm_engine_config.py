@@ -86,6 +86,11 @@ class ChunkedConfig:
     # with api_server false: the client tokenises text prompts and detokenises outputs
     # (vLLM's SamplingParams.detokenize); false = token ids in and out
     detokenize: bool = True
+    # the API server tokenises prompts that queued together in one call and hands them to the
+    # engine core together (vLLM's AsyncMicrobatchTokenizer), with the admission costs
+    # refitted around it (the profile's `frontend_batched`); off by default: on the held-out
+    # real runs it does not beat the one-by-one front end (validation/vllm-h200/step_diff)
+    tokenizer_batching: bool = False
     # vLLM's offline `LLM.generate` on a list: every request is added at t = 0 whatever the
     # workload's arrival times, through the in-process client; token times are when the
     # client's output processor handled them, and the call returns at the last finish
@@ -121,7 +126,7 @@ class ChunkedConfig:
         if self.offline is True and self.api_server is True:
             raise ValueError("api_server: offline LLM.generate runs without the API server; "
                              "set api_server: false or leave it out")
-        for name in ("detokenize", "offline"):
+        for name in ("detokenize", "offline", "tokenizer_batching"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         for name in ("enable_prefix_caching", "async_scheduling", "api_server"):

@@ -3,7 +3,9 @@ server's front end and asynchronous scheduling's cut-offs.
 
 The front end (`simserve.sim.frontend`, vLLM's API server when its host path was measured)
 serves admissions and token deliveries on one CPU in time order; a request reaches the engine
-core `in_delay_s` after its admission work ends. Under async scheduling vLLM schedules step m
+core `in_delay_s` after its admission work ends, or, when the profile fits a batching stage
+(vLLM's API server tokenises prompts queued together in one call), `in_delay_s` after the
+stage releases the batch it was in. Under async scheduling vLLM schedules step m
 while step m-1 runs on the GPU (its batch queue holds two steps), so a request reaching the
 engine core after step m-1 started waits for step m+1: `cutoff` is the latest arrival a step
 may admit (vllm/v1/engine/core.py `step_with_batch_queue`).
@@ -30,6 +32,7 @@ class Intake:
         self.prev_start = self.prev_end = -1.0  # the last step's start and end
         self._admitting: deque[float] = deque()  # admission completions not yet reached
         self._in_frontend: deque[int] = deque()  # requests whose admission work is not done
+        self._stage_gen = 0  # the batching stage's current wake-up
 
     def enqueue(self, rid: int) -> None:
         """The router gives this engine request `rid` now."""
@@ -60,14 +63,47 @@ class Intake:
             self.engine.leaper.deliver_before(now)  # precedes it
         fe.pop(now)
         rid = q.popleft()
+        if fe.stage is not None:
+            if fe.stage.put(now, rid, int(self.ctx.table.prompt[rid])):
+                self._stage_wake()
+        else:
+            self._release(rid, now)
+        if q:
+            at(env, fe.head_done).callbacks.append(self._front_end_done)
+
+    def _release(self, rid: int, now: float) -> None:
+        """`rid` leaves the front end at `now`; it reaches the engine `in_delay_s` later."""
+        env, fe = self.ctx.env, self.frontend
         t = now + fe.in_delay_s
         if t > now:
             self._admitting.append(t)
-            at(env, t).callbacks.append(lambda _ev, rid=rid: self._admitted(rid))
+            at(env, t).callbacks.append(lambda _ev: self._admitted(rid))
         else:
             self.engine.arrive(rid)
-        if q:
-            at(env, fe.head_done).callbacks.append(self._front_end_done)
+
+    # -- the batching stage ---------------------------------------------------------------
+    def _stage_wake(self) -> None:
+        """The stage's next call start moved: wake then (an earlier wake-up goes stale)."""
+        self._stage_gen += 1
+        g = self._stage_gen
+        at(self.ctx.env, self.frontend.stage.start_at).callbacks.append(
+            lambda _ev: self._stage_start(g))
+        if self.engine.leaper.pending is not None:
+            self.engine.leaper.bound(self.own_next_s())
+
+    def _stage_start(self, gen: int) -> None:
+        if gen != self._stage_gen:
+            return
+        end = self.frontend.stage.start(self.ctx.env.now)
+        at(self.ctx.env, end).callbacks.append(self._stage_done)
+
+    def _stage_done(self, _ev) -> None:
+        """The stage's call ended: its batch leaves together; the next gathering opens."""
+        stage, now = self.frontend.stage, self.ctx.env.now
+        for rid in stage.finish(now):
+            self._release(rid, now)
+        if stage.start_at < INF:
+            self._stage_wake()
 
     def _admitted(self, rid: int) -> None:
         """`rid` reaches the engine core, `in_delay_s` after its admission work ended."""
@@ -81,13 +117,18 @@ class Intake:
 
     def num_in_frontend(self) -> int:
         """Requests given to this engine that have not reached its waiting queue yet."""
-        return len(self._in_frontend) + len(self._admitting)
+        stage = self.frontend.stage if self.frontend is not None else None
+        return len(self._in_frontend) + len(self._admitting) + (len(stage) if stage else 0)
 
     def own_next_s(self) -> float:
         """The next time a request this engine already took can reach its waiting queue."""
+        fe = self.frontend
         nxt = self._admitting[0] if self._admitting else INF
+        if fe is not None and fe.stage is not None:   # a lower bound: its next call
+            head = fe.head_done if self._in_frontend else INF
+            return min(nxt, fe.stage.next_release(head) + fe.in_delay_s)
         if self._in_frontend:
-            nxt = min(nxt, self.frontend.head_done + self.frontend.in_delay_s)
+            nxt = min(nxt, fe.head_done + fe.in_delay_s)
         return nxt
 
     def delivered(self, t: float, n: int) -> float:

@@ -174,7 +174,8 @@ def host_step(root: str, factor: list[float]) -> tuple[float, float, float]:
 FIT_SERVERS = ("llama-default", "llama-rerun")   # Qwen3-14B, sync and prefix-off runs held out
 
 
-def frontend_search(root: str, start: dict) -> dict:
+def frontend_search(root: str, start: dict, servers: tuple = FIT_SERVERS,
+                    grid: dict | None = None) -> dict:
     """Coordinate search of the front-end costs on the Llama-3.1-8B runs with vLLM's defaults
     (`FIT_SERVERS`; Mooncake excluded: its error is the FA3 grid's 32K edge, not the front
     end). The 'short' runs (32-token prompts at 50-200 req/s and a 600-request burst) pin the
@@ -185,7 +186,7 @@ def frontend_search(root: str, start: dict) -> dict:
     from simserve.realcheck.serve_data import load_run, real_metrics, run_dirs
     runs = [(load_run(d, os.path.join(root, "plans")), engine_meta(os.path.dirname(d)))
             for d in run_dirs(root)
-            if os.path.basename(os.path.dirname(d)) in FIT_SERVERS and "mooncake" not in d]
+            if os.path.basename(os.path.dirname(d)) in servers and "mooncake" not in d]
     reals = [real_metrics(r) for r, _ in runs]
     orig = H.engine_host
 
@@ -204,9 +205,9 @@ def frontend_search(root: str, start: dict) -> dict:
             VE.engine_host = orig
 
     p, best = dict(start), score(start)
-    grid = {"in_us": [3000, 4000, 5000], "in_per_token_us": [1.0, 2.5, 5.0],
-            "out_us": [20, 50, 200], "out_per_output_us": [30, 60, 90],
-            "in_delay_us": [6000, 9000, 12000], "out_delay_us": [500, 1000, 2000]}
+    grid = grid or {"in_us": [3000, 4000, 5000], "in_per_token_us": [1.0, 2.5, 5.0],
+                    "out_us": [20, 50, 200], "out_per_output_us": [30, 60, 90],
+                    "in_delay_us": [6000, 9000, 12000], "out_delay_us": [500, 1000, 2000]}
     for _ in range(1):
         for k, vals in grid.items():
             for v in vals:

@@ -16,6 +16,13 @@ real servers show. Work must be submitted in nondecreasing time order, which an 
 events are (a leap submits only steps that end before the next arrival and the next
 admission's completion).
 
+An optional batching stage (`BatchStage`) sits between the admission work and the engine:
+a single worker that, once free, takes the first request waiting for it, gathers whatever
+else arrives within a window (or until the batch is full), runs one call whose cost is a
+fixed part plus a part per prompt token of the whole batch, and releases the batch together
+(it holds no front-end CPU: the call runs on a worker thread). Without one, each request
+goes on as soon as its own admission work ends.
+
 Costs are fitted functions from the engine's profile (`simserve.cost.host`); the core only
 adds them up.
 """
@@ -35,7 +42,9 @@ class FrontEnd:
     token; they add latency, not load."""
 
     def __init__(self, in_us: float, in_per_token_us: float, out_us: float,
-                 out_per_output_us: float, in_delay_us: float = 0.0, out_delay_us: float = 0.0):
+                 out_per_output_us: float, in_delay_us: float = 0.0, out_delay_us: float = 0.0,
+                 stage: BatchStage | None = None):
+        self.stage = stage           # the batching stage after admission work, if any
         self.in_s, self.in_tok_s = in_us * 1e-6, in_per_token_us * 1e-6
         self.out_s, self.out_n_s = out_us * 1e-6, out_per_output_us * 1e-6
         self.in_delay_s, self.out_delay_s = in_delay_us * 1e-6, out_delay_us * 1e-6
@@ -88,3 +97,74 @@ class FrontEnd:
             out.append(f + d)
         self.out_free, self.busy_s = f, busy
         return out
+
+
+class BatchStage:
+    """A batching worker between admission work and the engine. Once free, it takes the first
+    request waiting, keeps gathering for `window_us` (starting at once when `max_size` are
+    waiting), then runs one call of `call_us + call_per_token_us · tokens of the batch` and
+    releases the batch at its end; requests arriving meanwhile wait for the next batch.
+    The caller drives it: `put` when a request's admission work ends, `start` at `start_at`,
+    `finish` at `end_at`."""
+
+    def __init__(self, window_us: float, max_size: int, call_us: float,
+                 call_per_token_us: float):
+        if max_size < 1:
+            raise ValueError(f"batch stage: max_size must be >= 1, got {max_size}")
+        self.window_s, self.max_size = window_us * 1e-6, int(max_size)
+        self.call_s, self.call_tok_s = call_us * 1e-6, call_per_token_us * 1e-6
+        self.waiting: deque[tuple[int, int]] = deque()   # (request, prompt tokens)
+        self.batch: list[int] = []   # the requests in the call running
+        self.start_at = INF          # when the gathered batch's call starts (INF: none)
+        self.end_at = INF            # when the running call ends (INF: none)
+        self.calls: list[tuple[float, int, int]] = []   # (start, size, tokens) per call
+
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.batch)
+
+    def _gather(self, t: float) -> None:
+        self.start_at = t if len(self.waiting) >= self.max_size else t + self.window_s
+
+    def put(self, t: float, rid: int, tokens: int) -> bool:
+        """Request `rid` waits for the stage from `t`; True when `start_at` moved (a new
+        gathering began, or the batch filled up)."""
+        self.waiting.append((rid, tokens))
+        if self.end_at < INF:             # a call is running: wait for its end
+            return False
+        if self.start_at == INF:          # the worker was idle: this one opens a batch
+            self._gather(t)
+            return True
+        if len(self.waiting) == self.max_size and self.start_at > t:   # full: start now
+            self.start_at = t
+            return True
+        return False
+
+    def start(self, t: float) -> float:
+        """The gathered batch's call starts at `t`; returns when it ends."""
+        n = min(len(self.waiting), self.max_size)
+        tokens = 0
+        for _ in range(n):
+            rid, k = self.waiting.popleft()
+            self.batch.append(rid)
+            tokens += k
+        self.calls.append((t, n, tokens))
+        self.start_at = INF
+        self.end_at = t + self.call_s + self.call_tok_s * tokens
+        return self.end_at
+
+    def finish(self, t: float) -> list[int]:
+        """The running call ended at `t`: its batch, released; the worker takes the next."""
+        out, self.batch, self.end_at = self.batch, [], INF
+        if self.waiting:
+            self._gather(t)
+        return out
+
+    def next_release(self, t_in: float) -> float:
+        """A lower bound on the next release when the next request can join at `t_in`: the
+        running call's end, else the gathered batch's call at its cheapest, else a call
+        opened at `t_in`."""
+        if self.end_at < INF:
+            return self.end_at
+        if self.start_at < INF:
+            return self.start_at + self.call_s
+        return t_in + self.call_s
