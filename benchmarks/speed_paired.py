@@ -1,7 +1,8 @@
 """Paired speed check of two revisions, each run from its own wheel, interleaved A,B,A,B.
 
     python benchmarks/speed_paired.py REV_A REV_B [OUT] [--rounds 3] [--repeat 3]
-        [--startup-repeat 5] [--scale 100000] [--only CASE ...] [--work /tmp/speed-paired]
+        [--startup-repeat 5] [--scale 100000] [--only CASE ...] [--b-params CASE=JSON]
+        [--work /tmp/speed-paired]
 
 On a shared machine the load changes by the minute, so two figures taken at different times
 do not compare; two builds run turn about, case by case, do. For each revision:
@@ -22,7 +23,9 @@ Then, from WORK (outside both checkouts), with `SIMSERVE_TRACE_DIR` at the trace
   of A then B per case; per case the median over rounds of each side's CPU seconds, B/A, the
   load average, and a digest of the last run's results (sha256 of every request's token
   times, preemptions, first-token and finish times, then all and stepped iterations, as
-  `result_digests.py loop` prints) -- `same` where both sides agree;
+  `result_digests.py loop` prints) -- `same` where both sides agree; `--b-params CASE=JSON`
+  adds a row `CASE*` where B runs the case with those policy parameters added (B's setting
+  that reproduces A's results, where B changed a default on purpose);
 - scale: `bench_scale.py`'s `conv` case at --scale requests (0 skips it), A,B,A,B: process
   plus record-sink child CPU seconds, and the run's iterations and mean TTFT as its digest.
 
@@ -121,10 +124,14 @@ def record_digest(rec, iterations: int, stepped: int) -> str:
     return f"{h.hexdigest()[:16]}/{iterations}/{stepped}"
 
 
-def loop_one(bench: str, label: str, repeat: int) -> None:
-    """Child mode: one bench_loop case with this interpreter's installed simserve."""
+def loop_one(bench: str, label: str, repeat: int, extra: dict | None = None) -> None:
+    """Child mode: one bench_loop case with this interpreter's installed simserve (`extra`:
+    policy parameters added to the case's)."""
     sys.path.insert(0, bench)
     import bench_loop as B
+    if extra:
+        policy, setting, params = B.CASES[label]
+        B.CASES[label] = (policy, setting, {**params, **extra})
     import simserve
     import simserve.run as run
     if not Path(simserve.__file__).resolve().is_relative_to(Path(sys.prefix).resolve()):
@@ -152,18 +159,28 @@ def child(side: Side, args: list[str], work: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_loop(a: Side, b: Side, work: Path, rounds: int, repeat: int, only, log) -> list:
+def run_loop(a: Side, b: Side, work: Path, rounds: int, repeat: int, only, b_params: dict,
+             log) -> list:
     cases = [c for c in _cases(a) if c in _cases(b) and (not only or c in only)]
+    runs = [(c, None) for c in cases]
+    for c, extra in b_params.items():
+        if c not in cases:
+            raise SystemExit(f"--b-params: {c!r} is not a case of both revisions' bench_loop.py")
+        runs.insert(runs.index((c, None)) + 1, (c, extra))
+        log(f"# {c}*: B runs the case with policy parameters {json.dumps(extra)} added")
     log(f"## loop: bench_loop cases, {rounds} rounds of A then B, each a fresh process "
-        f"(warm-up + median of {repeat} in-process runs); CPU s of each round, then the medians")
+        f"(warm-up + median of {repeat} in-process runs); CPU s of each round, the medians, "
+        f"B/A of the medians and the median of the rounds' B/A (paired)")
     log(f"{'case':21} {'A CPU s (rounds)':>24} {'B CPU s (rounds)':>24} {'A med':>6} {'B med':>6} "
-        f"{'B/A':>6}  {'load':>9}  digest")
+        f"{'B/A':>6} {'paired':>6}  {'load':>9}  digest")
     rows = []
-    for c in cases:
+    for c, extra in runs:
         ra, rb = [], []
+        tail = [json.dumps(extra)] if extra else []
         for _ in range(rounds):
             ra.append(child(a, ["--loop-one", str(a.bench), c, str(repeat)], work))
-            rb.append(child(b, ["--loop-one", str(b.bench), c, str(repeat)], work))
+            rb.append(child(b, ["--loop-one", str(b.bench), c, str(repeat), *tail], work))
+        c = c + "*" if extra else c
         ma = statistics.median(r["cpu_s"] for r in ra)
         mb = statistics.median(r["cpu_s"] for r in rb)
         loads = [r["load"] for r in ra + rb]
@@ -171,11 +188,12 @@ def run_loop(a: Side, b: Side, work: Path, rounds: int, repeat: int, only, log) 
         dig = ("same " + da.pop()) if da == db and len(da) == 1 else \
             f"DIFFER A {' '.join(sorted(da))} B {' '.join(sorted(db))}"
         row = dict(case=c, a=[r["cpu_s"] for r in ra], b=[r["cpu_s"] for r in rb], a_med=ma,
-                   b_med=mb, ratio=mb / ma, load=(min(loads), max(loads)), digest=dig,
+                   b_med=mb, ratio=mb / ma,
+                   paired=statistics.median(y["cpu_s"] / x["cpu_s"] for x, y in zip(ra, rb)), load=(min(loads), max(loads)), digest=dig,
                    compiled=(ra[0]["compiled"], rb[0]["compiled"]))
         rows.append(row)
         log(f"{c:21} {_fmt(row['a']):>24} {_fmt(row['b']):>24} {ma:6.3f} {mb:6.3f} "
-            f"{mb / ma:6.3f}  {row['load'][0]:4.1f}-{row['load'][1]:4.1f}  {dig}")
+            f"{mb / ma:6.3f} {row['paired']:6.3f}  {row['load'][0]:4.1f}-{row['load'][1]:4.1f}  {dig}")
     return rows
 
 
@@ -254,7 +272,8 @@ def run_scale(a: Side, b: Side, work: Path, n: int, rounds: int, log) -> dict:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--loop-one":
-        loop_one(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        loop_one(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                 json.loads(sys.argv[5]) if len(sys.argv) > 5 else None)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rev_a")
@@ -263,15 +282,20 @@ def main() -> int:
                     default=ROOT / f"benchmarks/results/speed-paired-{time.strftime('%Y%m%d')}.txt")
     ap.add_argument("--rounds", type=int, default=3, help="A,B rounds per loop case")
     ap.add_argument("--repeat", type=int, default=3, help="in-process runs per loop process")
-    ap.add_argument("--startup-repeat", type=int, default=5)
+    ap.add_argument("--startup-repeat", type=int, default=5, help="runs per start-up command "
+                    "and side (0: skip)")
     ap.add_argument("--scale", type=int, default=100_000, help="requests of the scale point (0: skip)")
     ap.add_argument("--scale-rounds", type=int, default=2)
     ap.add_argument("--only", nargs="+", help="only these bench_loop case labels")
+    ap.add_argument("--b-params", action="append", default=[], metavar="CASE=JSON",
+                    help="also run CASE with these policy parameters added on B's side (a row "
+                         "CASE*), e.g. to time B's setting that reproduces A's results")
     ap.add_argument("--bar", type=float, default=0.15, help="allowed slow-down of B against A")
     ap.add_argument("--work", type=Path, default=Path("/tmp/speed-paired"))
     args = ap.parse_args()
     for rev in (args.rev_a, args.rev_b):
         resolve(rev)
+    args.b_params = dict(_case_params(x) for x in args.b_params)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as fh:
@@ -283,6 +307,19 @@ def main() -> int:
     return 0
 
 
+def _case_params(text: str) -> tuple[str, dict]:
+    case, _, js = text.partition("=")
+    try:
+        params = json.loads(js)
+    except json.JSONDecodeError as e:
+        params = e
+    if not case or not isinstance(params, dict):
+        print(f"speed_paired.py: --b-params {text!r}: expected CASE={{JSON object}}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return case, params
+
+
 def report(args, log) -> None:
     t0 = time.perf_counter()
     log(f"# speed_paired.py {args.rev_a} (A) vs {args.rev_b} (B), "
@@ -291,8 +328,8 @@ def report(args, log) -> None:
     a = prepare(args.rev_a, args.work, log)
     b = prepare(args.rev_b, args.work, log)
     shutil.copy(__file__, args.work / "speed_paired.py")
-    up = run_startup(a, b, args.work, args.startup_repeat, log)
-    rows = run_loop(a, b, args.work, args.rounds, args.repeat, args.only, log)
+    up = run_startup(a, b, args.work, args.startup_repeat, log) if args.startup_repeat else []
+    rows = run_loop(a, b, args.work, args.rounds, args.repeat, args.only, args.b_params, log)
     sc = run_scale(a, b, args.work, args.scale, args.scale_rounds, log) if args.scale else None
     log(f"# against the bar (B within {args.bar:.0%} of A, CPU s B/A <= {1 + args.bar:.2f}):")
     for r in up:

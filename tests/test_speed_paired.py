@@ -56,3 +56,11 @@ def test_an_unknown_revision_stops_before_building(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no-such-rev-xyz" in out.stderr
     assert not (tmp_path / "w" / "src").exists() and not list((tmp_path / "w").glob("*/src"))
+
+
+def test_a_malformed_b_params_is_a_one_line_error(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), "HEAD", "HEAD", str(tmp_path / "o.txt"),
+                          "--b-params", "neo-fig9a={predictor: oracle}",
+                          "--work", str(tmp_path / "w")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--b-params" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()
