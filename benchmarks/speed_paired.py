@@ -27,7 +27,8 @@ Then, from WORK (outside both checkouts), with `SIMSERVE_TRACE_DIR` at the trace
   adds a row `CASE*` where B runs the case with those policy parameters added (B's setting
   that reproduces A's results, where B changed a default on purpose);
 - scale: `bench_scale.py`'s `conv` case at --scale requests (0 skips it), A,B,A,B: process
-  plus record-sink child CPU seconds, and the run's iterations and mean TTFT as its digest.
+  plus record-sink child CPU seconds, and the run's iterations, mean TTFT and p99 ITL as its
+  digest (--scale-gpu runs it on another GPU profile).
 
 The ratio compared against a bar is B/A of CPU seconds (wall seconds also count time spent
 waiting for a core). Output goes to the terminal and to OUT
@@ -151,6 +152,18 @@ def loop_one(bench: str, label: str, repeat: int, extra: dict | None = None) -> 
     print(json.dumps(r))
 
 
+def scale_one(bench: str, n: int, gpu: str) -> None:
+    """Child mode: bench_scale's conv case at n requests (on `gpu` instead of its H200s)."""
+    sys.path.insert(0, bench)
+    import bench_scale as S
+    import simserve
+    if not Path(simserve.__file__).resolve().is_relative_to(Path(sys.prefix).resolve()):
+        raise SystemExit(f"simserve imported from {simserve.__file__}, not from {sys.prefix}")
+    if gpu:
+        S.HARDWARE = {**S.HARDWARE, "gpu": gpu}
+    print(json.dumps(S.one("conv", n, False)))
+
+
 def child(side: Side, args: list[str], work: Path) -> dict:
     out = subprocess.run([str(side.python), str(work / "speed_paired.py"), *args], cwd=work,
                          env=clean_env(), capture_output=True, text=True)
@@ -244,20 +257,17 @@ def run_startup(a: Side, b: Side, work: Path, repeat: int, log) -> list:
     return rows
 
 
-def run_scale(a: Side, b: Side, work: Path, n: int, rounds: int, log) -> dict:
-    log(f"## scale: bench_scale.py conv at {n:,} requests (vllm, 8 TP1 replicas on 8x H200, "
-        f"streamed records), {rounds} rounds of A then B; CPU s = process + record-sink child")
+def run_scale(a: Side, b: Side, work: Path, n: int, rounds: int, gpu: str, log) -> dict:
+    log(f"## scale: bench_scale.py conv at {n:,} requests (vllm, 8 TP1 replicas on 8x "
+        f"{gpu or 'H200'}, streamed records), {rounds} rounds of A then B; CPU s = process + "
+        f"record-sink child")
     log(f"{'side':4} {'wall s':>7} {'CPU s':>7} {'child':>6} {'total':>7} {'peak MB':>8} "
         f"{'load':>9}  digest (iterations/mean TTFT ms/p99 ITL ms)")
     tot = {"A": [], "B": []}
     digs = {"A": set(), "B": set()}
     for _ in range(rounds):
         for key, s in (("A", a), ("B", b)):
-            out = subprocess.run([str(s.python), str(s.bench / "bench_scale.py"), "--one", "conv",
-                                  str(n)], cwd=work, env=clean_env(), capture_output=True, text=True)
-            if out.returncode:
-                raise SystemExit(f"{s.name} bench_scale failed:\n{out.stderr[-3000:]}")
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = child(s, ["--scale-one", str(s.bench), str(n), gpu], work)
             t = r["cpu_s"] + r["child_cpu_s"]
             tot[key].append(t)
             d = f"{r['iterations']}/{r['mean_ttft_ms']:.6f}/{r['p99_itl_ms']:.6f}"
@@ -275,6 +285,9 @@ def main() -> int:
         loop_one(sys.argv[2], sys.argv[3], int(sys.argv[4]),
                  json.loads(sys.argv[5]) if len(sys.argv) > 5 else None)
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--scale-one":
+        scale_one(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rev_a")
     ap.add_argument("rev_b")
@@ -286,6 +299,8 @@ def main() -> int:
                     "and side (0: skip)")
     ap.add_argument("--scale", type=int, default=100_000, help="requests of the scale point (0: skip)")
     ap.add_argument("--scale-rounds", type=int, default=2)
+    ap.add_argument("--scale-gpu", default="", help="run the scale point on this GPU profile "
+                    "instead of bench_scale's h200-sxm (e.g. one where both sides' results agree)")
     ap.add_argument("--only", nargs="+", help="only these bench_loop case labels")
     ap.add_argument("--b-params", action="append", default=[], metavar="CASE=JSON",
                     help="also run CASE with these policy parameters added on B's side (a row "
@@ -330,7 +345,8 @@ def report(args, log) -> None:
     shutil.copy(__file__, args.work / "speed_paired.py")
     up = run_startup(a, b, args.work, args.startup_repeat, log) if args.startup_repeat else []
     rows = run_loop(a, b, args.work, args.rounds, args.repeat, args.only, args.b_params, log)
-    sc = run_scale(a, b, args.work, args.scale, args.scale_rounds, log) if args.scale else None
+    sc = run_scale(a, b, args.work, args.scale, args.scale_rounds, args.scale_gpu, log) \
+        if args.scale else None
     log(f"# against the bar (B within {args.bar:.0%} of A, CPU s B/A <= {1 + args.bar:.2f}):")
     for r in up:
         log(f"#   start-up {r['command']:46} B/A {r['ratio']:.3f} "
@@ -340,7 +356,7 @@ def report(args, log) -> None:
             f"{'ok' if r['ratio'] <= 1 + args.bar else 'OVER'}  digests "
             f"{r['digest'].split()[0].lower()}")
     if sc:
-        log(f"#   scale conv {args.scale:<10} B/A {sc['ratio']:.3f} "
+        log(f"#   scale conv {args.scale:<7} {args.scale_gpu or 'h200-sxm':9} B/A {sc['ratio']:.3f} "
             f"{'ok' if sc['ratio'] <= 1 + args.bar else 'OVER'}  digests {sc['digest'].lower()}")
     log(f"# finished in {time.perf_counter() - t0:.0f} s, load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
