@@ -85,7 +85,10 @@ class EngineHost:
             float(b["call_per_token_us"]))
         return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
                         float(f["out_per_output_us"]), float(f.get("in_delay_us", 0.0)),
-                        float(f.get("out_delay_us", 0.0)), stage=stage)
+                        float(f.get("out_delay_us", 0.0)), stage=stage,
+                        pre_delay_us=float(f.get("pre_delay_us", 0.0)),
+                        post_us=float(f.get("post_us", 0.0)),
+                        post_per_token_us=float(f.get("post_per_token_us", 0.0)))
 
 
 IDEAL = EngineHost("ideal")
