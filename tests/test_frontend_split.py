@@ -17,8 +17,8 @@ from simserve.run import simulate_point
 from simserve.sim.frontend import BatchStage, FrontEnd
 from simserve.workload.spec import Workload
 
-SPLIT = {"in_us": 1000.0, "in_per_token_us": 0.0, "pre_delay_us": 1000.0, "post_us": 500.0,
-         "post_per_token_us": 1.0, "in_delay_us": 3000.0, "out_us": 0.0,
+SPLIT = {"in_us": 1000.0, "in_per_token_us": 0.0, "pre_delay_us": 1000.0, "post_us": 100.0,
+         "post_per_token_us": 0.5, "in_delay_us": 3000.0, "out_us": 0.0,
          "out_per_output_us": 0.0, "out_delay_us": 0.0,
          "batch_stage": {"window_us": 2000.0, "max_size": 32, "call_us": 1410.0,
                          "call_per_token_us": 1.71}}
@@ -62,10 +62,15 @@ def _reach_times(monkeypatch, w) -> list[float]:
 def _predicted(fe: dict, n: int, tokens: int) -> list[float]:
     """A burst at t = 0: the n handlers' work before the tokenizer runs first (all queued at
     0), the stage gathers what its delay has passed, and each released request's work past
-    the stage waits on the CPU behind every handler still queued."""
+    the stage waits on the CPU behind every handler still queued. Interleaved, the handlers
+    go on in full batches, the rest when the last handler is done."""
     us = 1e-6
     b = fe["batch_stage"]
-    put = [(i + 1) * fe["in_us"] * us + fe["pre_delay_us"] * us for i in range(n)]
+    done = [(i + 1) * fe["in_us"] * us for i in range(n)]
+    if fe.get("pre_interleave"):
+        m = b["max_size"]
+        done = [done[min((i // m + 1) * m, n) - 1] for i in range(n)]
+    put = [d + fe["pre_delay_us"] * us for d in done]
     releases, i, free = [], 0, 0.0
     while i < n:
         start = max(put[i], free) + b["window_us"] * us
@@ -92,8 +97,22 @@ def test_a_burst_reaches_the_engine_as_the_split_predicts(monkeypatch):
     assert _reach_times(monkeypatch, w) == pytest.approx(want, abs=1e-9)
 
 
-def test_leaping_gives_the_same_results_as_stepping_with_the_split(monkeypatch):
-    _with_split(monkeypatch, dict(SPLIT, out_us=50.0, out_per_output_us=30.0))
+@pytest.mark.parametrize("n", [16, 40])
+def test_interleaved_handlers_reach_the_stage_together(monkeypatch, n):
+    tokens = 64
+    w = Workload(arrival_s=np.zeros(n), prompt_tokens=np.full(n, tokens),
+                 output_tokens=np.full(n, 8))
+    fe = dict(SPLIT, pre_interleave=True)
+    _with_split(monkeypatch, fe)
+    want = _predicted(fe, n, tokens)
+    assert want != pytest.approx(_predicted(SPLIT, n, tokens))   # the rule matters here
+    assert _reach_times(monkeypatch, w) == pytest.approx(want, abs=1e-9)
+
+
+@pytest.mark.parametrize("interleave", [False, True])
+def test_leaping_gives_the_same_results_as_stepping_with_the_split(monkeypatch, interleave):
+    _with_split(monkeypatch, dict(SPLIT, out_us=50.0, out_per_output_us=30.0,
+                                  pre_interleave=interleave))
     rng = np.random.default_rng(5)
     n = 80
     w = Workload(arrival_s=np.sort(rng.uniform(0, 1.0, n)), prompt_tokens=rng.integers(32, 2048, n),

@@ -6,10 +6,10 @@ serves admissions and token deliveries on one CPU in time order; a request reach
 core `in_delay_s` after its admission work ends, or, when the profile fits a batching stage
 (vLLM's API server tokenises prompts queued together in one call), `in_delay_s` after the
 stage releases the batch it was in (with the admission split around the stage, after the
-request's own work past the stage, queued again on the front end's CPU). Under async scheduling vLLM schedules step m
-while step m-1 runs on the GPU (its batch queue holds two steps), so a request reaching the
-engine core after step m-1 started waits for step m+1: `cutoff` is the latest arrival a step
-may admit (vllm/v1/engine/core.py `step_with_batch_queue`).
+request's own work past the stage, queued again on the front end's CPU). Under async
+scheduling vLLM schedules step m while step m-1 runs on the GPU (its batch queue holds two
+steps), so a request reaching the engine core after step m-1 started waits for step m+1:
+`cutoff` is the latest arrival a step may admit (vllm/v1/engine/core.py `step_with_batch_queue`).
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ class Intake:
         # requests whose admission work is not done (~rid: the work past the stage)
         self._in_frontend: deque[int] = deque()
         self._pre_wait: deque[float] = deque()  # when the requests in `pre_delay_s` reach it
+        self._n_pre = 0  # split front end: requests whose work before the stage is queued
+        self._held: list[int] = []  # done with it, held for the others (`pre_interleave`)
         self._stage_gen = 0  # the batching stage's current wake-up
 
     def enqueue(self, rid: int) -> None:
@@ -52,6 +54,8 @@ class Intake:
             leaper.deliver_before(now)
         fe.admit(now, int(self.ctx.table.prompt[rid]))
         self._in_frontend.append(rid)
+        if fe.split:
+            self._n_pre += 1
         if pending is not None:
             leaper.bound(self.own_next_s())
         if len(self._in_frontend) == 1:  # the front end was idle: its head starts now
@@ -68,10 +72,8 @@ class Intake:
         rid = q.popleft()
         if rid < 0:   # its work past the stage: it leaves the front end
             self._release(~rid, now)
-        elif fe.split and fe.pre_delay_s > 0:
-            t = now + fe.pre_delay_s
-            self._pre_wait.append(t)
-            at(env, t).callbacks.append(lambda _ev: self._pre_waited(rid))
+        elif fe.split:
+            self._pre_done(rid, now)
         elif fe.stage is not None:
             if fe.stage.put(now, rid, int(self.ctx.table.prompt[rid])):
                 self._stage_wake()
@@ -91,6 +93,27 @@ class Intake:
             self.engine.arrive(rid)
 
     # -- the batching stage ---------------------------------------------------------------
+    def _pre_done(self, rid: int, now: float) -> None:
+        """`rid`'s work before the stage ended. With `pre_interleave` the handlers that came in
+        together go on together: held until no other's work before the stage is queued (or a
+        full batch is held), as an event loop running each handler to its next await does."""
+        fe, env = self.frontend, self.ctx.env
+        self._n_pre -= 1
+        if fe.pre_interleave:
+            self._held.append(rid)
+            if self._n_pre and len(self._held) < fe.stage.max_size:
+                return
+            rids, self._held = self._held, []
+        else:
+            rids = [rid]
+        for r in rids:
+            if fe.pre_delay_s > 0:
+                t = now + fe.pre_delay_s
+                self._pre_wait.append(t)
+                at(env, t).callbacks.append(lambda _ev, r=r: self._pre_waited(r))
+            elif fe.stage.put(now, r, int(self.ctx.table.prompt[r])):
+                self._stage_wake()
+
     def _pre_waited(self, rid: int) -> None:
         """`rid`'s delay before the stage ended (a constant delay keeps them in order)."""
         self._pre_wait.popleft()
@@ -152,6 +175,7 @@ class Intake:
         """Requests given to this engine that have not reached its waiting queue yet."""
         stage = self.frontend.stage if self.frontend is not None else None
         return (len(self._in_frontend) + len(self._admitting) + len(self._pre_wait)
+                + len(self._held)
                 + (len(stage) if stage else 0))
 
     def own_next_s(self) -> float:
