@@ -97,7 +97,7 @@ class Intake:
         """`rid`'s work before the stage ended. With `pre_interleave` the handlers that came in
         together go on together: held until no other's work before the stage is queued (or a
         full batch is held), as an event loop running each handler to its next await does."""
-        fe, env = self.frontend, self.ctx.env
+        fe = self.frontend
         self._n_pre -= 1
         if fe.pre_interleave:
             self._held.append(rid)
@@ -108,11 +108,14 @@ class Intake:
             rids = [rid]
         for r in rids:
             if fe.pre_delay_s > 0:
-                t = now + fe.pre_delay_s
-                self._pre_wait.append(t)
-                at(env, t).callbacks.append(lambda _ev, r=r: self._pre_waited(r))
+                self._pre_delay(r, now + fe.pre_delay_s)
             elif fe.stage.put(now, r, int(self.ctx.table.prompt[r])):
                 self._stage_wake()
+
+    def _pre_delay(self, rid: int, t: float) -> None:
+        """`rid` reaches the stage at `t`."""
+        self._pre_wait.append(t)
+        at(self.ctx.env, t).callbacks.append(lambda _ev: self._pre_waited(rid))
 
     def _pre_waited(self, rid: int) -> None:
         """`rid`'s delay before the stage ended (a constant delay keeps them in order)."""
