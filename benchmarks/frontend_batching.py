@@ -7,7 +7,11 @@
     python -m simserve.realcheck.tail_bars OUT.json validation/vllm-h200/step_diff/score-tails.json --fit llama-default
 
 Optionally `--frontend JSON` replaces the batched front end's costs (same keys as the
-profile's `frontend_batched`), to score another fit of the same structure.
+profile's `frontend_batched`), to score another fit of the same structure, or the admission
+split around the stage (the keys `pre_delay_us`, `post_us`, `post_per_token_us`,
+`pre_interleave`; `python -m simserve.realcheck.tokenizer_fit --split` measures it):
+
+    python benchmarks/frontend_batching.py OUT.json --frontend "$(cat validation/vllm-h200/step_diff/frontend-split.json)"
 """
 from __future__ import annotations
 

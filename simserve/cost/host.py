@@ -14,6 +14,8 @@ A profile entry (fitted by `python -m simserve.realcheck.host_fit` from real-vLL
         frontend: {in_us, in_per_token_us, out_us, out_per_output_us, in_delay_us, out_delay_us}
         frontend_batched: {the same keys, batch_stage: {window_us, max_size, call_us,
                            call_per_token_us}}   # optional; used with tokenizer_batching
+                           # (+ pre_delay_us, post_us, post_per_token_us, pre_interleave:
+                           # the admission split around the stage, `sim.frontend`)
         host_calls: {full|piecewise|eager: {schedule_us, launch_us_per_layer, update_us}}
         source: ...
 
@@ -85,7 +87,11 @@ class EngineHost:
             float(b["call_per_token_us"]))
         return FrontEnd(float(f["in_us"]), float(f["in_per_token_us"]), float(f["out_us"]),
                         float(f["out_per_output_us"]), float(f.get("in_delay_us", 0.0)),
-                        float(f.get("out_delay_us", 0.0)), stage=stage)
+                        float(f.get("out_delay_us", 0.0)), stage=stage,
+                        pre_delay_us=float(f.get("pre_delay_us", 0.0)),
+                        post_us=float(f.get("post_us", 0.0)),
+                        post_per_token_us=float(f.get("post_per_token_us", 0.0)),
+                        pre_interleave=bool(f.get("pre_interleave", False)))
 
 
 IDEAL = EngineHost("ideal")

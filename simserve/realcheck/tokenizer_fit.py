@@ -2,6 +2,7 @@
 vLLM entry) from the real-vLLM probe logs, and say how well it predicts.
 
     python -m simserve.realcheck.tokenizer_fit [--root validation/vllm-h200] [--fit llama-default]
+    python -m simserve.realcheck.tokenizer_fit --split   # the admission split around the stage
 
 How vLLM's API server admits a completion request (read from vllm-project/vllm at commit
 10f319bf, a main-branch snapshot of the 0.2x series; the probe's patch points match 0.22.1):
@@ -119,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", default="llama-default", help="the server fitted on")
     ap.add_argument("--check", nargs="*", default=["qwen-default", "llama-rerun"],
                     help="servers the fit is checked on")
+    ap.add_argument("--split", action="store_true",
+                    help="measure the admission split around the stage (`split_costs`), "
+                         "search only the hand-off (`in_delay_us`) on the --fit server")
     ap.add_argument("--search", action="store_true",
                     help="then refit the admission work around the stage (`in_us`, "
                          "`in_per_token_us`, `in_delay_us`) by replaying the --fit server's runs")
@@ -152,7 +156,10 @@ def main(argv=None) -> int:
               f"tokenized->queued P10/50/90 {np.percentile(post, [10, 50, 90]).round(4) * 1e3} ms")
     stage = {"window_us": WINDOW_US, "max_size": MAX_SIZE, "call_us": round(call_us, -1),
              "call_per_token_us": round(per_tok, 2)}
-    if a.search:
+    if a.split:
+        fe = split_search(a.root, a.fit, stage)
+        print("    frontend (split): " + json.dumps(fe))
+    elif a.search:
         fe = search(a.root, a.fit, stage)
         print("    frontend: " + json.dumps(fe))
     else:
@@ -177,6 +184,99 @@ def search(root: str, server: str, stage: dict) -> dict:
     fe = dict(host.frontend)
     fe["batch_stage"] = stage
     return frontend_search(root, fe, servers=(server,), grid=GRID)
+
+
+# -- the admission split around the stage ---------------------------------------------------
+def paired(root: str, server: str):
+    """Per run of `server` whose tokenize rows pair one to one with its sends (Mooncake
+    excluded, as in `around`): (run, sends, t0, t1, queued), seconds on the probe's clock,
+    the sends sorted and each paired with the tokenize rows in start order."""
+    from simserve.realcheck.serve_data import load_run, run_dirs
+    from simserve.realcheck.step_diff import _probe, vllm_id
+    sd = os.path.join(root, server)
+    tk = sorted(tokenize_rows(sd), key=lambda r: r["t0"])
+    _, by_id = _probe(sd)
+    for d in run_dirs(root):
+        if os.path.dirname(d) != sd or "mooncake" in d:
+            continue
+        run = load_run(d, os.path.join(root, "plans"))
+        lo, hi = run.send.min() + run.origin - 1e-3, run.end.max() + run.origin
+        rows = [r for r in tk if lo <= r["t0"] <= hi]
+        if len(rows) != len(run.send):
+            continue
+        order = np.argsort(run.send, kind="stable")
+        q = np.array([by_id[vllm_id(run.name, int(i))][1]["queued"] for i in order])
+        yield (run, run.send[order] + run.origin, np.array([r["t0"] for r in rows]),
+               np.array([r["t1"] for r in rows]), q)
+
+
+def split_costs(root: str, server: str) -> dict:
+    """The admission's parts around the stage, µs, from `server`'s logs:
+    - `in_us`, the event-loop work before the tokenizer: in a burst with nothing streaming
+      (no concurrency limit, every request sent at once) the last tokenize start minus the
+      first send, per request;
+    - `pre_delay_us`, the rest of the send -> tokenize-start time at any load: its median
+      over the paced runs minus `in_us`;
+    - `post_us`, the work after the tokenizer (input processing, registering, the send to the
+      engine core): on the closed-loop runs, where a released batch meets an idle engine core
+      that then runs a step with only part of it, that part's first `queued` after the
+      call's end, per request of the part (an upper bound: it includes the hand-off)."""
+    burst, paced, post = [], [], []
+    for run, send, t0, t1, q in paired(root, server):
+        rinf = "rinf" in run.name
+        if rinf and run.max_concurrency is None:
+            burst.append((t0.max() - send.min()) / len(send))
+        elif not rinf:
+            paced.append(t0 - send)
+        if run.max_concurrency is not None:
+            post += _post_per_request(t1, q)
+    in_us = float(np.median(burst)) * 1e6 if burst else 0.0
+    pre = float(np.median(np.concatenate(paced))) * 1e6 if paced else in_us
+    return {"in_us": round(in_us, -1), "pre_delay_us": round(max(pre - in_us, 0.0), -1),
+            "post_us": round(float(np.median(post)) * 1e6, -1) if post else 0.0,
+            "n_burst": len(burst), "n_post": len(post)}
+
+
+
+def _post_per_request(t1: np.ndarray, q: np.ndarray) -> list[float]:
+    """Per tokenizer call of 4 or more prompts whose first engine-core drain took only part
+    of it: (first `queued` - the call's end) / the part's size."""
+    out, i, by = [], 0, np.argsort(t1, kind="stable")
+    t1, q = t1[by], q[by]
+    while i < len(t1):
+        j = i
+        while j + 1 < len(t1) and t1[j + 1] - t1[j] < SAME_CALL_S:
+            j += 1
+        m = j - i + 1
+        if m >= 4:
+            qs = np.sort(q[i:j + 1])
+            k = int(np.sum(qs - qs[0] < SAME_CALL_S))
+            if k < m and qs[0] > t1[i]:
+                out.append((qs[0] - t1[i]) / k)
+        i = j + 1
+    return out
+
+
+# the hand-off after the work past the stage (µs): the logs' `queued` also holds the wait for
+# the engine core's next step, which the replay models, so it is searched
+SPLIT_GRID = {"in_delay_us": [2000.0, 4000.0, 6000.0, 8000.0, 10000.0]}
+
+
+def split_search(root: str, server: str, stage: dict) -> dict:
+    """The profile's front end with `stage` and the admission split measured on `server`
+    (`split_costs`; nothing per prompt token around the stage), the hand-off searched on
+    `server`'s replays (`host_fit.frontend_search`), the output costs kept."""
+    from simserve.cost.host import engine_host
+    from simserve.hardware.profile import load_profile
+    from simserve.realcheck.host_fit import frontend_search
+    c = split_costs(root, server)
+    print(f"split measured on {server}: {json.dumps(c)}")
+    host = engine_host(load_profile("h200-sxm"), "vllm")
+    if host is None or not host.frontend:
+        raise SystemExit("tokenizer_fit: h200-sxm has no measured vLLM front end to refit")
+    fe = dict(host.frontend, in_us=c["in_us"], in_per_token_us=0.0,
+              pre_delay_us=c["pre_delay_us"], post_us=c["post_us"], batch_stage=stage)
+    return frontend_search(root, fe, servers=(server,), grid=SPLIT_GRID)
 
 
 if __name__ == "__main__":

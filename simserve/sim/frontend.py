@@ -23,6 +23,16 @@ fixed part plus a part per prompt token of the whole batch, and releases the bat
 (it holds no front-end CPU: the call runs on a worker thread). Without one, each request
 goes on as soon as its own admission work ends.
 
+With a stage, the admission can also be split as the API server's handler is: the work
+before the tokenizer (`admit`), a delay that holds no CPU (`pre_delay_s`), the stage, then
+each released request's work after it (`post_s + post_tok_s · prompt_tokens`: input
+processing, registering the request, the hand-off to the engine core), queued on the same
+CPU behind whatever is waiting there (`admit_work`), before `in_delay_s`. The handlers of
+concurrent requests then interleave on the CPU instead of each holding it for the whole
+admission; with `pre_interleave` the requests whose work before the stage overlapped also
+reach the stage together, when the last of them is done (or a full batch is), as an event
+loop that runs each handler to its next await interleaves their parts.
+
 Costs are fitted functions from the engine's profile (`simserve.cost.host`); the core only
 adds them up.
 """
@@ -43,8 +53,16 @@ class FrontEnd:
 
     def __init__(self, in_us: float, in_per_token_us: float, out_us: float,
                  out_per_output_us: float, in_delay_us: float = 0.0, out_delay_us: float = 0.0,
-                 stage: BatchStage | None = None):
+                 stage: BatchStage | None = None, pre_delay_us: float = 0.0,
+                 post_us: float = 0.0, post_per_token_us: float = 0.0,
+                 pre_interleave: bool = False):
         self.stage = stage           # the batching stage after admission work, if any
+        # the admission split around the stage (all 0: the whole admission before it)
+        self.pre_delay_s = pre_delay_us * 1e-6
+        self.post_s, self.post_tok_s = post_us * 1e-6, post_per_token_us * 1e-6
+        self.split = stage is not None and (pre_delay_us > 0 or post_us > 0
+                                            or post_per_token_us > 0 or pre_interleave)
+        self.pre_interleave = pre_interleave and self.split
         self.in_s, self.in_tok_s = in_us * 1e-6, in_per_token_us * 1e-6
         self.out_s, self.out_n_s = out_us * 1e-6, out_per_output_us * 1e-6
         self.in_delay_s, self.out_delay_s = in_delay_us * 1e-6, out_delay_us * 1e-6
@@ -55,7 +73,10 @@ class FrontEnd:
 
     def admit(self, t: float, prompt_tokens: int) -> None:
         """A request arrives at `t`; its admission work queues behind the earlier ones."""
-        w = self.in_s + self.in_tok_s * prompt_tokens
+        self.admit_work(t, self.in_s + self.in_tok_s * prompt_tokens)
+
+    def admit_work(self, t: float, w: float) -> None:
+        """`w` seconds of admission work queue at `t` behind the earlier ones."""
         self.busy_s += w
         if not self.pending:
             self.head_done = (t if t > self.out_free else self.out_free) + w
