@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import importlib.util
 import marshal
 import os
 import sys
@@ -67,11 +68,19 @@ def _module_file(name: str) -> Path | None:
             if cand.is_file():
                 return cand
     f = getattr(mod, "__file__", None)
+    if f is None and mod is None:  # a plugin's module not imported yet
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
+            spec = None
+        f = spec.origin if spec is not None and spec.has_location else None
     return Path(f) if f else None
 
 
-def _imports(name: str, source: bytes, is_package: bool) -> set[str]:
-    """The simserve modules a module's source imports (anywhere in it, relative ones too)."""
+def _imports(name: str, source: bytes, is_package: bool,
+             tops: tuple[str, ...] = ("simserve",)) -> set[str]:
+    """The modules of the packages `tops` (simserve's by default) that a module's source
+    imports (anywhere in it, relative ones too)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -89,13 +98,15 @@ def _imports(name: str, source: bytes, is_package: bool) -> set[str]:
                 base = ".".join(parts + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return {m for m in found if m == "simserve" or m.startswith("simserve.")}
+    return {m for m in found if m.split(".")[0] in tops}
 
 
 def closure_sources(name: str) -> tuple[tuple[str, Path | None, bytes], ...]:
     """(module, its file, its source) for module `name` and every simserve module it imports,
     directly or through others, sorted by module (names that are not modules, e.g. imported
-    functions, have no file and an empty source). Read anew at each call."""
+    functions, have no file and an empty source). A module outside simserve (a plugin's) also
+    brings the modules of its own top-level package that it imports. Read anew at each call."""
+    tops = tuple(sorted({"simserve", name.split(".")[0]}))
     seen: dict[str, tuple[Path | None, bytes]] = {}
     todo = [name]
     while todo:
@@ -109,7 +120,7 @@ def closure_sources(name: str) -> tuple[tuple[str, Path | None, bytes], ...]:
             src = b""
         seen[mod] = (f, src)
         if f is not None and f.suffix == ".py":
-            todo.extend(_imports(mod, src, f.name == "__init__.py") - set(seen))
+            todo.extend(_imports(mod, src, f.name == "__init__.py", tops) - set(seen))
     return tuple((mod, *seen[mod]) for mod in sorted(seen))
 
 

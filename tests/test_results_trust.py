@@ -312,6 +312,35 @@ def test_editing_a_policy_changes_the_code_hash(tmp_path):
     assert hash_of() != first
 
 
+def test_a_plugin_packages_own_helper_module_is_in_its_code_hash(tmp_path, monkeypatch):
+    """A policy plugin packaged as `myplug.engine` importing `myplug.knobs` (lazily too): an
+    edit to the helper changes the modules hash of the plugin's module, so its points rerun."""
+    import sys
+
+    from simserve.runner.point_inputs import modules_hash
+    pkg = tmp_path / "myplug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "knobs.py").write_text("BUDGET = 2048\n")
+    (pkg / "lazy.py").write_text("FACTOR = 1.0\n")
+    (pkg / "engine.py").write_text("from simserve.policies import base\n"
+                                   "from myplug.knobs import BUDGET\n\n\n"
+                                   "def build():\n    from . import lazy\n    return lazy\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for m in [m for m in sys.modules if m.startswith("myplug")]:
+        monkeypatch.delitem(sys.modules, m)
+    __import__("myplug.engine")
+    first = modules_hash(("myplug.engine",))
+    modules_hash.cache_clear()
+    (pkg / "knobs.py").write_text("BUDGET = 4096\n")
+    second = modules_hash(("myplug.engine",))
+    modules_hash.cache_clear()
+    (pkg / "lazy.py").write_text("FACTOR = 2.0\n")
+    third = modules_hash(("myplug.engine",))
+    modules_hash.cache_clear()
+    assert len({first, second, third}) == 3
+
+
 def test_a_refitted_profile_changes_the_code_hash(tmp_path, monkeypatch):
     """A shipped profile edited, or one in the user's profile folder, makes stored points stale
     (the points read it; no stale result may be served)."""
