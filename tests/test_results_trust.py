@@ -287,6 +287,20 @@ def test_changed_code_reruns_every_point(proj, monkeypatch, capsys):
     assert len(calls) == 2 and "code changed" in capsys.readouterr().err
 
 
+def test_code_edited_between_two_sweeps_of_one_process_reruns(proj, monkeypatch, capsys):
+    """A notebook that sweeps, edits a module the points import, and sweeps again into the
+    same folder reruns the points: the code is read anew for each sweep, not remembered."""
+    import simserve.parsed_cache as pc
+    assert sweep("--out", "s") == 0
+    real = pc.closure_sources
+    monkeypatch.setattr(pc, "closure_sources", lambda name: (
+        *real(name), ("simserve.edited_in_a_notebook", None, b"X = 2\n")))
+    calls = counting(monkeypatch)
+    capsys.readouterr()
+    assert sweep("--out", "s") == 0
+    assert len(calls) == 2 and "code changed" in capsys.readouterr().err
+
+
 def test_editing_a_policy_changes_the_code_hash(tmp_path):
     """The code hash covers every source file of the package: a copy with one policy edited
     hashes differently, an untouched copy the same."""
