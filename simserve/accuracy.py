@@ -41,7 +41,7 @@ def accuracy_lines(records: list[dict]) -> list[str]:
     acc, out, seen = None, [], set()
     for r in records:
         name, gpu = r.get("policy_name") or r.get("policy"), r.get("gpu")
-        name = ALIASES.get(name, name)  # a deprecated name runs its policy's engine
+        name = ALIASES.get(str(name), name)  # a deprecated name runs its policy's engine
         opts = r.get("policy_options") or {}
         key = (name, gpu, opts.get("engine"))
         if key in seen or gpu is None:

@@ -85,7 +85,7 @@ def _imports(name: str, source: bytes, is_package: bool,
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return set()
-    found = set()
+    found: set[str] = set()
     pkg = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
