@@ -25,11 +25,11 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib.util
 import marshal
 import os
 import sys
 import tempfile
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,12 +68,13 @@ def _module_file(name: str) -> Path | None:
             if cand.is_file():
                 return cand
     f = getattr(mod, "__file__", None)
-    if f is None and mod is None:  # a plugin's module not imported yet
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError, AttributeError):
-            spec = None
-        f = spec.origin if spec is not None and spec.has_location else None
+    if f is None and mod is None and not name.startswith("simserve."):
+        # a plugin's module not imported yet: found on its package's path, importing nothing
+        parent, _, last = name.rpartition(".")
+        where = getattr(sys.modules.get(parent), "__path__", None) if parent else None
+        if where is not None or not parent:
+            spec = PathFinder.find_spec(last, where)
+            f = spec.origin if spec is not None and spec.has_location else None
     return Path(f) if f else None
 
 
