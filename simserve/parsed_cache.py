@@ -38,6 +38,7 @@ from simserve import paths
 FORMAT = 2  # bump when an encoder's layout or the key changes
 DEFAULT_MAX_MB = 1024
 ENTRY_SUFFIX = ".marshal"
+MEMO_SUFFIX = ".closure"  # a reader's closure digest and the stats it was read at
 
 
 def cache_folder() -> Path:
@@ -107,8 +108,15 @@ def closure_sources(name: str) -> tuple[tuple[str, Path | None, bytes], ...]:
     directly or through others, sorted by module (names that are not modules, e.g. imported
     functions, have no file and an empty source). A module outside simserve (a plugin's) also
     brings the modules of its own top-level package that it imports. Read anew at each call."""
+    return _closure(name)[0]
+
+
+def _closure(name: str):
+    """`closure_sources(name)`, and each file's stat (`_stat`) taken just before it was read
+    (None where it could not be)."""
     tops = tuple(sorted({"simserve", name.split(".")[0]}))
     seen: dict[str, tuple[Path | None, bytes]] = {}
+    stats: list = []
     todo = [name]
     while todo:
         mod = todo.pop()
@@ -116,24 +124,75 @@ def closure_sources(name: str) -> tuple[tuple[str, Path | None, bytes], ...]:
             continue
         f = _module_file(mod)
         try:
+            if f is not None:
+                stats.append(_stat(f))
             src = f.read_bytes() if f is not None else b""
         except OSError:
             src = b""
         seen[mod] = (f, src)
         if f is not None and f.suffix == ".py":
             todo.extend(_imports(mod, src, f.name == "__init__.py", tops) - set(seen))
-    return tuple((mod, *seen[mod]) for mod in sorted(seen))
+    return tuple((mod, *seen[mod]) for mod in sorted(seen)), stats
+
+
+def _stat(f: Path) -> tuple[str, int, int, int] | None:
+    try:
+        st = f.stat()
+    except OSError:
+        return None
+    return (str(f), st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 @functools.lru_cache(maxsize=64)
 def source_closure(name: str) -> str:
     """sha256 over the source of module `name` and of every simserve module it imports,
-    directly or through others (`closure_sources`)."""
+    directly or through others (`closure_sources`).
+
+    Walking the closure parses every module in it (tens of ms per process), so the digest is
+    remembered in the cache folder beside the stat (mtime in ns, size, inode) of each file it
+    read, taken before the read: while every one of those files stats the same, the digest is
+    reused without reading them, the rule Python's own bytecode cache applies to a module
+    (mtime and size). An edited file stats differently, and a changed import list can only
+    come from an edited file, so the walk runs again."""
+    tag = repr((name, sys.version_info[:2], str(paths.PACKAGE_DIR), FORMAT)).encode()
+    memo = cache_folder() / f"closure-{hashlib.sha256(tag).hexdigest()[:24]}{MEMO_SUFFIX}"
+    if enabled():
+        try:
+            with open(memo, "rb") as f:
+                stats, digest = marshal.load(f)
+            if all(_stat(Path(st[0])) == tuple(st) for st in stats):
+                return digest
+        except Exception:  # missing, truncated, foreign: walk the closure
+            pass
+    sources, stats = _closure(name)
     h = hashlib.sha256()
-    for mod, _, src in closure_sources(name):
+    for mod, _, src in sources:
         if src or mod == name:
             h.update(mod.encode() + b"\0" + src + b"\0")
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if enabled() and None not in stats and all(_stat(Path(st[0])) == st for st in stats):
+        _write(memo, marshal.dumps(([list(st) for st in stats], digest)))
+    return digest
+
+
+def _write(entry: Path, blob: bytes) -> bool:
+    """Write a cache entry atomically (a temporary file, then rename); never raises. Whether
+    it was written."""
+    tmp = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, entry)
+        return True
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return False
 
 
 def _key(kind: str, path: Path, data: bytes, *fns: Callable) -> str:
@@ -192,7 +251,8 @@ def prune(cap: int | None = None, folder: Path | None = None) -> list[Path]:
 
 
 def clear(folder: Path | None = None) -> tuple[int, int]:
-    """Remove every entry (and leftover temporary files): (files removed, bytes freed)."""
+    """Remove every entry (and leftover temporary files and closure memos): (files removed,
+    bytes freed)."""
     folder = cache_folder() if folder is None else folder
     n = freed = 0
     for path, size, _ in entries(folder):
@@ -201,7 +261,7 @@ def clear(folder: Path | None = None) -> tuple[int, int]:
             n, freed = n + 1, freed + size
         except OSError:
             pass
-    for tmp in folder.glob(".tmp-*"):
+    for tmp in [*folder.glob(".tmp-*"), *folder.glob(f"closure-*{MEMO_SUFFIX}")]:
         try:
             size = tmp.stat().st_size
             tmp.unlink()
@@ -240,18 +300,6 @@ def cached_parse(path: str | Path, kind: str, parse: Callable[[Path], Any],
         blob = marshal.dumps(encode(value))
     except ValueError:  # something marshal cannot store: leave this file uncached
         return value
-    tmp = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, entry)
+    if _write(entry, blob):
         prune()
-    except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     return value

@@ -215,6 +215,23 @@ def test_editing_an_unrelated_module_keeps_the_key(cache, tmp_path, monkeypatch)
     assert parsed_cache.source_closure("simserve.workload.readers") == before
 
 
+def test_the_closure_digest_is_reused_only_while_its_files_stat_the_same(cache, tmp_path,
+                                                                         monkeypatch):
+    copy = _copy_package(tmp_path, monkeypatch)
+    before = parsed_cache.source_closure("simserve.workload.readers")
+    parsed_cache.source_closure.cache_clear()
+    walk = parsed_cache._closure
+    monkeypatch.setattr(parsed_cache, "_closure", lambda name: pytest.fail("walked again"))
+    assert parsed_cache.source_closure("simserve.workload.readers") == before  # the memo
+    monkeypatch.setattr(parsed_cache, "_closure", walk)
+    spec = copy / "workload" / "spec.py"     # same size, one byte changed: the stat differs
+    text = spec.read_text()
+    i = text.index("Workload")
+    spec.write_text(text[:i] + "w" + text[i + 1:])
+    parsed_cache.source_closure.cache_clear()
+    assert parsed_cache.source_closure("simserve.workload.readers") != before
+
+
 def test_a_changed_closure_misses_the_cache(cache, proj, monkeypatch):
     from simserve.workload.build import _decode, _encode
     from simserve.workload.readers import read_trace
