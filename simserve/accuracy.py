@@ -37,9 +37,11 @@ def accuracy_lines(records: list[dict]) -> list[str]:
     """One line per distinct (policy, GPU, engine option) of a run table's records."""
     from simserve.cost.host import engine_host
     from simserve.hardware.profile import load_profile
+    from simserve.policies import ALIASES
     acc, out, seen = None, [], set()
     for r in records:
         name, gpu = r.get("policy_name") or r.get("policy"), r.get("gpu")
+        name = ALIASES.get(str(name), name)  # a deprecated name runs its policy's engine
         opts = r.get("policy_options") or {}
         key = (name, gpu, opts.get("engine"))
         if key in seen or gpu is None:

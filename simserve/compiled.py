@@ -89,29 +89,26 @@ def compiled_path(module: str, package: Path = PACKAGE) -> Path | None:
 
 
 def stale_modules(package: Path = PACKAGE, modules=MODULES) -> list[str]:
-    """The modules whose compiled file is older than their .py or .pxd (one directory
-    listing per package folder: `import simserve` runs it in a checkout)."""
-    folders: dict[str, dict[str, str]] = {}  # folder -> {module's file stem: module}
-    for m in modules:
-        *pkg, stem = m.split(".")[1:]
-        folders.setdefault(os.path.join(package, *pkg), {})[stem] = m
+    """The modules whose compiled file is older than their .py or .pxd: every extension module
+    beside a .py in the package's folders, listed in `modules` or not (one left from a build
+    when it was listed would still be imported). `modules` first, in their order; one
+    directory listing per folder (`import simserve` runs it in a checkout)."""
     out = []
-    for folder, stems in folders.items():
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
+    for folder, dirs, names in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+        rel = os.path.relpath(folder, package)
+        prefix = ".".join([package.name] + ([] if rel == "." else rel.split(os.sep)))
         for name in names:
             suffix = next((s for s in EXTENSION_SUFFIXES if name.endswith(s)), None)
-            m = stems.get(name[:-len(suffix)]) if suffix else None
-            if m is None:
+            if suffix is None:
                 continue
             src = os.path.join(folder, name[:-len(suffix)])
             newest = max((os.stat(p).st_mtime for p in (src + ".py", src + ".pxd")
                           if os.path.isfile(p)), default=0.0)
             if os.stat(os.path.join(folder, name)).st_mtime < newest:
-                out.append(m)
-    return sorted(out, key=modules.index)
+                out.append(f"{prefix}.{name[:-len(suffix)]}")
+    order = {m: i for i, m in enumerate(modules)}
+    return sorted(out, key=lambda m: (order.get(m, len(order)), m))
 
 
 def _under(path: str, root: str) -> bool:

@@ -29,6 +29,7 @@ import marshal
 import os
 import sys
 import tempfile
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,16 +69,25 @@ def _module_file(name: str) -> Path | None:
             if cand.is_file():
                 return cand
     f = getattr(mod, "__file__", None)
+    if f is None and mod is None and not name.startswith("simserve."):
+        # a plugin's module not imported yet: found on its package's path, importing nothing
+        parent, _, last = name.rpartition(".")
+        where = getattr(sys.modules.get(parent), "__path__", None) if parent else None
+        if where is not None or not parent:
+            spec = PathFinder.find_spec(last, where)
+            f = spec.origin if spec is not None and spec.has_location else None
     return Path(f) if f else None
 
 
-def _imports(name: str, source: bytes, is_package: bool) -> set[str]:
-    """The simserve modules a module's source imports (anywhere in it, relative ones too)."""
+def _imports(name: str, source: bytes, is_package: bool,
+             tops: tuple[str, ...] = ("simserve",)) -> set[str]:
+    """The modules of the packages `tops` (simserve's by default) that a module's source
+    imports (anywhere in it, relative ones too)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return set()
-    found = set()
+    found: set[str] = set()
     pkg = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -90,19 +100,21 @@ def _imports(name: str, source: bytes, is_package: bool) -> set[str]:
                 base = ".".join(parts + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return {m for m in found if m == "simserve" or m.startswith("simserve.")}
+    return {m for m in found if m.split(".")[0] in tops}
 
 
 def closure_sources(name: str) -> tuple[tuple[str, Path | None, bytes], ...]:
     """(module, its file, its source) for module `name` and every simserve module it imports,
     directly or through others, sorted by module (names that are not modules, e.g. imported
-    functions, have no file and an empty source). Read anew at each call."""
+    functions, have no file and an empty source). A module outside simserve (a plugin's) also
+    brings the modules of its own top-level package that it imports. Read anew at each call."""
     return _closure(name)[0]
 
 
 def _closure(name: str):
     """`closure_sources(name)`, and each file's stat (`_stat`) taken just before it was read
     (None where it could not be)."""
+    tops = tuple(sorted({"simserve", name.split(".")[0]}))
     seen: dict[str, tuple[Path | None, bytes]] = {}
     stats: list = []
     todo = [name]
@@ -119,7 +131,7 @@ def _closure(name: str):
             src = b""
         seen[mod] = (f, src)
         if f is not None and f.suffix == ".py":
-            todo.extend(_imports(mod, src, f.name == "__init__.py") - set(seen))
+            todo.extend(_imports(mod, src, f.name == "__init__.py", tops) - set(seen))
     return tuple((mod, *seen[mod]) for mod in sorted(seen)), stats
 
 

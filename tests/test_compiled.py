@@ -103,6 +103,20 @@ def test_a_compiled_module_older_than_its_source_warns_and_runs_from_source(tmp_
     assert _import_hot(tmp_path, "install").returncode != 0
 
 
+def test_a_stale_compiled_module_no_longer_listed_is_found_too(tmp_path):
+    """An extension module left from a build when its module was listed (a module taken out
+    of MODULES since) is still what Python imports: older than its source, it is stale."""
+    pkg = _package(tmp_path)
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "old.py").write_text("X = 1\n")
+    (pkg / "sub" / f"old{SUFFIX}").write_bytes(b"not an ELF file")
+    assert compiled.stale_modules(pkg, ["hotpkg.hot"]) == []
+    _age(pkg / "sub" / f"old{SUFFIX}", 60)
+    _age(pkg / f"hot{SUFFIX}", 60)
+    assert compiled.stale_modules(pkg, ["hotpkg.hot"]) == ["hotpkg.hot", "hotpkg.sub.old"]
+
+
 def test_version_says_pure_python_when_nothing_is_compiled():
     env = {**os.environ, "SIMSERVE_PURE_PYTHON": "1"}
     out = subprocess.run([sys.executable, "-m", "simserve", "--version"], env=env, cwd=ROOT,

@@ -97,6 +97,18 @@ def test_deprecated_routed_names_are_the_option_with_one_warning(old, new):
     assert a.equals(b)
 
 
+def test_a_deprecated_name_warns_once_when_a_dependency_adds_a_filter():
+    """A filter added mid-run (pandas adds some on import) resets the warnings registries:
+    the deprecation is still shown once, not again at each later lookup of the name."""
+    from simserve.policies import get_policy
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        get_policy("vllm-routed")
+        warnings.filterwarnings("ignore", message="an unrelated dependency's warning")
+        get_policy("vllm-routed")
+    assert len([w for w in caught if "vllm-routed" in str(w.message)]) == 1
+
+
 def test_same_instant_burst_is_spread_even_when_loads_lag():
     class Lagging(FakeReplica):   # counts a request only later (an API-server front end)
         def load(self):

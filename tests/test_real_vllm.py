@@ -156,6 +156,15 @@ def test_accuracy_lines_say_which_host_path_a_figure_used():
     assert "never run here" in lines[3]
 
 
+def test_accuracy_line_of_a_deprecated_name_is_its_policys():
+    """`vllm-routed` runs vLLM's engine (an alias of `vllm`): its line is vllm's, under the
+    name the user wrote, not the 'never run here' line of a paper's design."""
+    from simserve.accuracy import accuracy_lines
+    (line,) = accuracy_lines([{"policy": "vllm-routed", "policy_name": "vllm-routed",
+                               "gpu": "h200-sxm", "policy_options": {}}])
+    assert line.startswith("accuracy: vllm-routed on h200-sxm: against real vLLM")
+
+
 def test_score_command_reports_the_readmes_run_sets(scored):
     """`simserve validate serve --score` prints the mean errors of the sets README.md's table
     reports (the defaults without Mooncake r4, the held-out runs), then of every run."""

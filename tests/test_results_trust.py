@@ -287,6 +287,20 @@ def test_changed_code_reruns_every_point(proj, monkeypatch, capsys):
     assert len(calls) == 2 and "code changed" in capsys.readouterr().err
 
 
+def test_code_edited_between_two_sweeps_of_one_process_reruns(proj, monkeypatch, capsys):
+    """A notebook that sweeps, edits a module the points import, and sweeps again into the
+    same folder reruns the points: the code is read anew for each sweep, not remembered."""
+    import simserve.parsed_cache as pc
+    assert sweep("--out", "s") == 0
+    real = pc.closure_sources
+    monkeypatch.setattr(pc, "closure_sources", lambda name: (
+        *real(name), ("simserve.edited_in_a_notebook", None, b"X = 2\n")))
+    calls = counting(monkeypatch)
+    capsys.readouterr()
+    assert sweep("--out", "s") == 0
+    assert len(calls) == 2 and "code changed" in capsys.readouterr().err
+
+
 def test_editing_a_policy_changes_the_code_hash(tmp_path):
     """The code hash covers every source file of the package: a copy with one policy edited
     hashes differently, an untouched copy the same."""
@@ -310,6 +324,35 @@ def test_editing_a_policy_changes_the_code_hash(tmp_path):
     policy = next(copy.glob("policies/vllm*.py"))
     policy.write_text(policy.read_text() + "\n# edited\n")
     assert hash_of() != first
+
+
+def test_a_plugin_packages_own_helper_module_is_in_its_code_hash(tmp_path, monkeypatch):
+    """A policy plugin packaged as `myplug.engine` importing `myplug.knobs` (lazily too): an
+    edit to the helper changes the modules hash of the plugin's module, so its points rerun."""
+    import sys
+
+    from simserve.runner.point_inputs import modules_hash
+    pkg = tmp_path / "myplug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "knobs.py").write_text("BUDGET = 2048\n")
+    (pkg / "lazy.py").write_text("FACTOR = 1.0\n")
+    (pkg / "engine.py").write_text("from simserve.policies import base\n"
+                                   "from myplug.knobs import BUDGET\n\n\n"
+                                   "def build():\n    from . import lazy\n    return lazy\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for m in [m for m in sys.modules if m.startswith("myplug")]:
+        monkeypatch.delitem(sys.modules, m)
+    __import__("myplug.engine")
+    first = modules_hash(("myplug.engine",))
+    modules_hash.cache_clear()
+    (pkg / "knobs.py").write_text("BUDGET = 4096\n")
+    second = modules_hash(("myplug.engine",))
+    modules_hash.cache_clear()
+    (pkg / "lazy.py").write_text("FACTOR = 2.0\n")
+    third = modules_hash(("myplug.engine",))
+    modules_hash.cache_clear()
+    assert len({first, second, third}) == 3
 
 
 def test_a_refitted_profile_changes_the_code_hash(tmp_path, monkeypatch):

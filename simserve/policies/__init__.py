@@ -37,7 +37,9 @@ BUILTINS: dict[str, str] = {
 }
 # deprecated name -> the policy it now is: the routed variants became the `router` option
 ALIASES: dict[str, str] = {"sarathi-routed": "sarathi", "vllm-routed": "vllm"}
-_ALIAS_WARNINGS: dict = {}
+# (name, the warnings filter list it was shown under): a dependency adding a filter (pandas on
+# import) resets a registry's once-per-location memory, so the list itself is remembered
+_ALIAS_WARNED: list[tuple[str, object]] = []
 
 
 def register(name: str, config_cls: type):
@@ -74,11 +76,13 @@ def get_policy(name: str) -> tuple[type, Callable]:
     """(config class, build) of policy `name`, importing its module on first use; a deprecated
     name (`ALIASES`) gives its policy's, with a FutureWarning."""
     if name in ALIASES and name not in _REGISTRY:
-        # one line, once per process under the default filters (the registry)
-        warnings.warn_explicit(f"policy {name!r} is deprecated: use policy "
-                               f"{ALIASES[name]!r}, whose `router` option picks the router "
-                               f"(default least_outstanding)", FutureWarning,
-                               "simserve", 0, registry=_ALIAS_WARNINGS)
+        # one line per process, or per `warnings.catch_warnings()` block
+        if not any(n == name and f is warnings.filters for n, f in _ALIAS_WARNED):
+            _ALIAS_WARNED.append((name, warnings.filters))
+            warnings.warn_explicit(f"policy {name!r} is deprecated: use policy "
+                                   f"{ALIASES[name]!r}, whose `router` option picks the "
+                                   f"router (default least_outstanding)", FutureWarning,
+                                   "simserve", 0)
         name = ALIASES[name]
     if name in _REGISTRY:
         return _REGISTRY[name]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from simserve.runner import provenance as prov
 from simserve.runner.config import TOP_KEYS
-from simserve.runner.point_inputs import profile_names
+from simserve.runner.point_inputs import modules_hash, profile_names
 from simserve.runner.storage import plain_name, records_frame, records_json, remove_path
 
 POINT_FILES = ("record.json", "requests.csv", "config.yaml")
@@ -94,6 +94,7 @@ def plan_points(unique: list, pdir: Path, overwrite: bool, reuse_stale: bool) ->
     """Which of the distinct points to run: those not stored, those stored from other inputs
     (unless `reuse_stale`), and with `overwrite` every one."""
     version = prov.simserve_version()
+    modules_hash.cache_clear()  # the code as it is now (a notebook may have edited it since)
     plan = Plan([], {}, reuse_stale=reuse_stale)
     code: dict = {}  # points of one hardware and policy share their code hash
     for sp in unique:
