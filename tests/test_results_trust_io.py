@@ -77,7 +77,7 @@ def _one_line(res: subprocess.CompletedProcess, *needles) -> None:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name)
+    return sorted(p.name for p in folder.rglob(".*") if storage.TMP in p.name or storage.OLD in p.name)
 
 
 def test_a_full_disk_during_run_leaves_no_results_folder(proj):
@@ -153,21 +153,25 @@ def test_two_runs_into_one_folder_through_a_symlink_are_refused(proj, capsys):
 
 def test_leftovers_of_a_killed_run_are_cleaned_on_the_next_run(proj):
     assert run("--out", "r") == 0
-    dead = proj / ".r.tmp-dead1234"        # a killed --stream run's staging folder
+    dead = proj / f".r{storage.TMP}dead1234"        # a killed --stream run's staging folder
     dead.mkdir()
     (dead / "requests.csv").write_bytes(b"x" * 100_000)
-    (proj / ".r.old-dead5678").mkdir()
-    (proj / "r" / ".summary.json.tmp-4242").write_text("[")
-    other = proj / ".other.tmp-keep"        # another folder's: not ours to clean
+    (proj / f".r{storage.OLD}dead5678").mkdir()
+    (proj / "r" / f".summary.json{storage.TMP}4242").write_text("[")
+    other = proj / f".other{storage.TMP}keep"        # another folder's: not ours to clean
     other.mkdir()
+    users = [proj / ".r.tmp-mine", proj / "r" / ".notes.tmp-1"]   # the user's, by their names
+    users[0].mkdir()
+    users[1].write_text("my notes")
     assert run("--out", "r", "--stream") == 0
-    assert not dead.exists() and not (proj / ".r.old-dead5678").exists()
-    assert not (proj / "r" / ".summary.json.tmp-4242").exists() and other.exists()
+    assert not dead.exists() and not (proj / f".r{storage.OLD}dead5678").exists()
+    assert not (proj / "r" / f".summary.json{storage.TMP}4242").exists() and other.exists()
+    assert users[0].is_dir() and users[1].read_text() == "my notes"
 
 
 def test_leftovers_are_kept_while_a_live_run_holds_the_lock(proj, capsys):
     assert run("--out", "r") == 0
-    live = proj / ".r.tmp-live0000"
+    live = proj / f".r{storage.TMP}live0000"
     live.mkdir()
     with storage.out_lock(proj / "r"):
         assert run("--out", "r") == 2

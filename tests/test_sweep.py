@@ -334,7 +334,7 @@ def test_temp_folders_are_not_finished_points(tmp_path, reference, monkeypatch, 
     pdir = out / "points"
     pdir.mkdir(parents=True)
     (out / ".simserve.json").write_text('{"written_by": "simserve", "kind": "sweep"}')
-    half = pdir / f".{keys[0]}.tmp-x1y2"     # a crash during write_point
+    half = pdir / f".{keys[0]}.simserve-tmp-x1y2"     # a crash during write_point
     half.mkdir()
     (half / "summary.json").write_text("[")
     partial = pdir / keys[1]                # a folder missing files is not done either

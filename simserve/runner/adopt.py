@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from simserve.runner.provenance import FORMAT
+from simserve.runner.provenance import FORMAT, TMP
 
 RUN_FILES = ("summary.json", "summary.csv", "requests.csv", "config.yaml", "config.sha256")
 SWEEP_TOP = ("summary.json", "summary.csv", "points")
@@ -24,7 +24,7 @@ _KEY = re.compile(r"[0-9a-f]{16}")
 
 
 def _temp(name: str) -> bool:
-    return name.startswith(".") and ".tmp-" in name
+    return name.startswith(".") and (TMP in name or ".tmp-" in name)  # (older builds: .tmp-)
 
 
 def _file(p: Path) -> bool:

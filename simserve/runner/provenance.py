@@ -23,6 +23,11 @@ import json
 import os
 from pathlib import Path
 
+# the infixes of simserve's own temporary entries: a killed run's leftovers are recognised by
+# them, and only they are ever cleaned up
+TMP = ".simserve-tmp-"
+OLD = ".simserve-old-"
+
 MARKER = ".simserve.json"
 POINT_PROVENANCE = "provenance.json"
 FORMAT = 1
@@ -135,7 +140,7 @@ def read_json(path: Path) -> dict | None:
 
 def write_json_atomic(path: Path, data) -> None:
     """Write JSON to a temporary sibling, then rename it over `path`."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}{TMP}{os.getpid()}")
     try:
         with open(tmp, "w") as f:
             f.write(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from simserve.errors import ConfigError, SimserveError
-from simserve.runner.provenance import MARKER, read_marker, write_json_atomic
+from simserve.runner.provenance import MARKER, OLD, TMP, read_marker, write_json_atomic
 from simserve.strict_json import from_strict_json, strict_json  # noqa: F401 (re-exported)
 
 try:
@@ -82,11 +82,11 @@ def atomic_folder(dest: Path):
     """Yield a temporary sibling of `dest` to fill; on success it replaces `dest` (so a folder
     that exists is complete), on any error it is removed and `dest` is left as it was."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(dest.parent, f".{dest.name}.tmp-")
+    tmp = _fresh_dir(dest.parent, f".{dest.name}{TMP}")
     try:
         yield tmp
         if dest.exists():
-            old = _fresh_dir(dest.parent, f".{dest.name}.old-")
+            old = _fresh_dir(dest.parent, f".{dest.name}{OLD}")
             os.replace(dest, old / "x")
             os.replace(tmp, dest)
             shutil.rmtree(old, ignore_errors=True)
@@ -141,13 +141,15 @@ def claim_out(out: Path, kind: str, overwrite: bool = False, adopt: bool = False
 
 
 def clean_stale_temp(out: Path) -> list[Path]:
-    """Remove what a killed run left beside and in `out`: `.NAME.tmp-*` / `.NAME.old-*`
-    folders and `.FILE.tmp-*` files. Call it holding `out_lock(out)` (no live run owns them)."""
+    """Remove what a killed run left beside and in `out`: `.NAME.simserve-tmp-*` /
+    `.NAME.simserve-old-*` folders and `.FILE.simserve-tmp-*` files (names no user file has by
+    chance: a user's `.notes.tmp-1` stays). Call it holding `out_lock(out)` (no live run owns
+    them)."""
     out = Path(os.path.realpath(out))
-    gone = [p for pat in (f".{out.name}.tmp-*", f".{out.name}.old-*")
+    gone = [p for pat in (f".{out.name}{TMP}*", f".{out.name}{OLD}*")
             for p in out.parent.glob(pat)]
     if out.is_dir():
-        gone += [p for p in out.glob(".*.tmp-*") if p.is_file()]
+        gone += [p for p in out.glob(f".*{TMP}*") if p.is_file()]
     for p in gone:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
@@ -161,7 +163,7 @@ def staging(out: Path):
     """A temporary sibling folder of `out` to write results into (removed afterwards)."""
     out = Path(os.path.realpath(out))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(out.parent, f".{out.name}.tmp-")
+    tmp = _fresh_dir(out.parent, f".{out.name}{TMP}")
     try:
         yield tmp
     finally:

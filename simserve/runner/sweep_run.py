@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simserve.errors import ConfigError
-from simserve.runner.provenance import POINT_PROVENANCE, write_json_atomic
+from simserve.runner.provenance import POINT_PROVENANCE, TMP, write_json_atomic
 from simserve.runner.storage import (atomic_folder, claim_out, clean_stale_temp, os_error,
                                      out_lock, write_config, write_records)
 from simserve.runner.sweep import Sweep, SweepPoint, check_points
@@ -31,7 +31,7 @@ from simserve.runner.sweep_task import SweepTask, simulate_one, sweep_inputs
 
 def clean_temp(points_dir: Path) -> list[Path]:
     """Remove half-written point folders left by an interrupted run."""
-    gone = [p for p in points_dir.glob(".*.tmp-*") if p.is_dir()]
+    gone = [p for p in points_dir.glob(f".*{TMP}*") if p.is_dir()]
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)
     return gone

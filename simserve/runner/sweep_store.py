@@ -61,7 +61,7 @@ def stored_metrics(points_dir: Path, key: str) -> dict:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}{prov.TMP}{os.getpid()}")
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
