@@ -57,6 +57,17 @@ def register(name: str, config_cls: type):
     return deco
 
 
+def check_hardware(policy_config, hardware) -> None:
+    """What a policy needs of the experiment's `hardware` (a `HardwareConfig`), checked before
+    anything runs: the `hardware.*` fields its config class names in `NEEDS_HARDWARE`
+    (e.g. a CPU-tier design's `("cpu", "cpu_cores")`)."""
+    for f in getattr(type(policy_config), "NEEDS_HARDWARE", ()):
+        if getattr(hardware, f, None) is None:
+            raise ConfigError(f"hardware.{f}: {type(policy_config).__name__} runs on the host "
+                              f"CPU too; set hardware.{f} (e.g. hardware: "
+                              f"{{cpu: xeon-silver-4510, cpu_cores: 12}})")
+
+
 def builtin_policies() -> dict[str, str]:
     """Built-in policy name -> the module whose `@register` names it (`BUILTINS`)."""
     return dict(BUILTINS)

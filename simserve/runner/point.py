@@ -20,6 +20,7 @@ from simserve.runner.provenance import marker, provenance, read_marker
 from simserve.runner.storage import (claim_out, clean_stale_temp, install, os_error, out_lock,
                                      records_frame, staging, write_config, write_records)
 from simserve.hardware.setup import resolve_hardware
+from simserve.policies import check_hardware
 from simserve.metrics import request_frame, summarize
 from simserve.models import get_model
 from simserve.run import SimResult, simulate_point
@@ -157,6 +158,12 @@ def validate(cfg: ExperimentConfig) -> Workload:
     """Everything that can fail before a run: hardware names, the trace, the first workload
     (returned)."""
     resolve_hardware(cfg.hardware)
+    for spec in cfg.policies:
+        try:
+            check_hardware(spec.config, cfg.hardware)
+        except SimserveError as exc:
+            raise type(exc)(f"{cfg.source}: {exc} (policy {spec.label})" if cfg.source
+                            else f"{exc} (policy {spec.label})") from None
     return make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
 
 

@@ -40,7 +40,7 @@ from simserve.runner.point import make_workload, points
 from simserve.runner.yamlio import Located, line_of, load_located
 from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.metrics import SLO
-from simserve.policies import get_policy
+from simserve.policies import check_hardware, get_policy
 
 SWEEP_KEYS = ("sweep", "variants")
 AXIS_FORMS = ("range", "linspace", "geomspace")
@@ -391,6 +391,7 @@ def check_points(sweep: Sweep) -> dict:
         try:
             if cfg.hardware not in hardware:
                 hardware[cfg.hardware] = resolve_hardware(cfg.hardware)
+            check_hardware(cfg.policies[0].config, cfg.hardware)
             wkey = (cfg.model, dataclasses.replace(cfg.workload, rates=(1.0,), seeds=(0,)))
             if wkey not in wl_seen:
                 make_workload(cfg, sp.rate, sp.seed)

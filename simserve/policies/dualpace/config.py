@@ -3,10 +3,13 @@ comes from. None means "derive it from the hardware profile at build time" (§4.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True)
 class DualPaceConfig:
+    NEEDS_HARDWARE: ClassVar[tuple[str, ...]] = ("cpu", "cpu_cores")  # checked before a run
+
     # -- host tier -------------------------------------------------------------------------
     # Host KV pool, GiB in all (aggregate over CPU TP ranks). The paper does not state the size
     # of its main runs; Fig. 11b sweeps 30-240 GiB and finds throughput and TTFT plateau from

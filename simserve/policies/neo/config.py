@@ -3,10 +3,13 @@ default came from. Names follow NEO's engine config where it has one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True)
 class NeoConfig:
+    NEEDS_HARDWARE: ClassVar[tuple[str, ...]] = ("cpu",)  # checked before a run
+
     # Budget of one iteration: rows (requests) and tokens (a prefill counts its whole prompt,
     # a decode 1). NEO's evaluation config for the 24 GB A10
     # (`evaluation/configs/config-a10-8b.json`): max_num_seqs 1024, max_num_batched_tokens 20480.
