@@ -124,3 +124,18 @@ def test_manifest_trace_name_resolves_under_trace_dir(tmp_path, monkeypatch):
                  "--set", "workload.rates=[4]", "--set", "workload.num_requests=100"]) == 0
     recs = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert recs[0]["completed"] == 100
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("num_requests", 5, "workload.num_requests: asked for requests 0..4 but t has only 4"),
+    ("start", 9, "workload.start: 9 is past the end of t (4 requests)")])
+def test_a_selection_past_the_trace_names_the_file_line_and_key(tmp_path, capsys, key, value,
+                                                               says):
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n"
+                                    + "".join(f"{i},10,5\n" for i in range(4)))
+    text = ("name: z\nmodel: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nworkload:\n"
+            f"  trace: {tmp_path / 't.csv'}\n  rates: [2]\n  {key}: {value}\n"
+            "policies:\n  - name: vllm\n")
+    assert main(["run", str(_write(tmp_path, text)), "--no-save", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"simserve: error: {tmp_path / 'exp.yaml'}:7: {says}"], err

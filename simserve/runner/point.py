@@ -15,6 +15,7 @@ from simserve.errors import SimserveError
 from simserve.runner.csv_chunks import csv_text
 from simserve.runner.record_sink import RecordSink, label_frame
 from simserve.runner.config import ExperimentConfig, PolicySpec
+from simserve.runner.yamlio import line_of
 from simserve.runner.vllm_summary import SummaryFormat, vllm_lines
 from simserve.runner.provenance import marker, provenance, read_marker
 from simserve.runner.storage import (claim_out, clean_stale_temp, install, os_error, out_lock,
@@ -164,7 +165,21 @@ def validate(cfg: ExperimentConfig) -> Workload:
         except SimserveError as exc:
             raise type(exc)(f"{cfg.source}: {exc} (policy {spec.label})" if cfg.source
                             else f"{exc} (policy {spec.label})") from None
-    return make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
+    try:
+        return make_workload(cfg, cfg.workload.rates[0], cfg.workload.seeds[0])
+    except SimserveError as exc:
+        raise type(exc)(_at_workload_key(cfg, str(exc))) from None
+
+
+def _at_workload_key(cfg: ExperimentConfig, msg: str) -> str:
+    """`msg` with the file and line of the workload key it starts with (`num_requests: ...`
+    -> `exp.yaml:7: workload.num_requests: ...`), when the config came from a file."""
+    key = msg.split(":", 1)[0]
+    wl = cfg.raw.get("workload") if isinstance(cfg.raw, dict) else None
+    if not cfg.source or not isinstance(wl, dict) or key not in wl:
+        return msg
+    ln = line_of(wl, key)
+    return f"{cfg.source}:{ln}: workload.{msg}" if ln else f"{cfg.source}: workload.{msg}"
 
 
 def run_experiment_config(cfg: ExperimentConfig, out: str | Path | None = None,

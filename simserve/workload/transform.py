@@ -25,8 +25,8 @@ def first_n(w: Workload, n: int, start: int = 0) -> Workload:
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
         raise ConfigError(f"start: expected an integer >= 0, got {start!r}")
     if start + n > w.num_requests:
-        raise ConfigError(f"{w.name}: asked for requests {start}..{start + n - 1} but it has "
-                          f"only {w.num_requests}")
+        raise ConfigError(f"num_requests: asked for requests {start}..{start + n - 1} but "
+                          f"{w.name} has only {w.num_requests}")
     sl = slice(start, start + n)
     return dataclasses.replace(w, arrival_s=w.arrival_s[sl].copy(),
                                prompt_tokens=w.prompt_tokens[sl].copy(),
