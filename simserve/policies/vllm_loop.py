@@ -37,6 +37,8 @@ queue is not re-run). A host-timed step sends no earlier than the step before it
 """
 from __future__ import annotations
 
+from typing import Any
+
 MODES = ("full", "piecewise", "eager")
 
 
@@ -207,7 +209,7 @@ class EngineLoop:
         mask = t._mask
         gen, _, off, out = t._views   # memoryviews: plain ints, no numpy scalars per element
         first, fin = t._first_v, t._finish_v
-        tt = memoryview(t.token_times)   # (the ring may have been reallocated since)
+        tt: Any = memoryview(t.token_times)   # (the ring may be reallocated between calls)
         lo = t.num_retired
         for r in (ids if type(ids) is list else ids.tolist()):
             if r < lo:
