@@ -112,6 +112,10 @@ class _Table:
         self.output = np.array([3])
         self.token_times = np.array([0.0, 0.0, t_last])
         self.first_token, self.finish = np.array([0.0]), np.array([t_last])
+        # the table's memoryviews (generated, num_tokens, offsets, output; first, finish)
+        self._views = (memoryview(self.generated), None, memoryview(self.offsets),
+                       memoryview(self.output))
+        self._first_v, self._finish_v = memoryview(self.first_token), memoryview(self.finish)
         self.released: list = []
         self.on_finish = lambda num, t: self.released.append((num, t))
 

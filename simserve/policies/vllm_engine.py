@@ -221,12 +221,13 @@ class ChunkedEngine(EngineBase):
                     loop.release()
                 yield from self.leaper.wait()
                 if loop is not None:
-                    loop.leapt(self.intake.prev_start, self.leaper.last_ids, self.clock)
+                    loop.leapt(self.intake.prev_start, self.leaper.last_ids, self.clock,
+                               self.leaper.last_time)
                 continue
             batch = self._schedule()
             shape, sample = self._shape(*batch)
             if loop is not None:
-                if loop.mode(shape) == "full":
+                if loop.full(shape):
                     loop.decoded(self.clock)
                 else:
                     self.clock = loop.host_step(shape, self.clock)
@@ -309,14 +310,15 @@ class ChunkedEngine(EngineBase):
             t.computed[ids] += n
             out = ids[sample]
         loop = self.loop
+        d = self.intake.delivered(self.clock, len(out))
         if loop is not None and t.on_finish is not None:   # a closed loop: finishes held
             loop.held()
-            done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+            done = t.emit(out, d)
             loop.restore()
         else:
-            done = t.emit(out, self.intake.delivered(self.clock, len(out)))
+            done = t.emit(out, d)
         if loop is not None:
-            loop.applied(out, self.clock)
+            loop.applied(out, self.clock, float(d))
         if len(done):
             self.finish(done)
         self.sample()

@@ -44,6 +44,7 @@ class Leaper:
         self.arrivals_here = self.arrivals_elsewhere = 0
         # the requests the last committed leap's last step ran (kept for the engine loop)
         self.last_ids: list = []
+        self.last_time = 0.0   # when their tokens of that step were delivered
 
     def _state(self, e):
         """(contexts, outputs so far, room, most steps, most new blocks) of a running batch
@@ -236,7 +237,7 @@ class Leaper:
             return
         il = ids if type(ids) is list else ids.tolist()
         if e.loop is not None:
-            self.last_ids = il
+            self.last_ids, self.last_time = il, float(times[k - 1])
         cv, bv = e.kv.views[:2]  # a few requests: element writes beat numpy's fancy indexing
         nb = advance_steps(cv, bv, il, c, p.room, [k] * len(il), k, bs, [])
         if nb:
@@ -272,6 +273,7 @@ class Leaper:
         steps = [s if s < k else k for s in r]  # each one's steps
         if e.loop is not None:  # those that ran the last step
             self.last_ids = [i for i, s in zip(il, steps) if s == k]
+            self.last_time = float(times[k - 1])
         short = []  # those of the ones finishing before step k
         nk = advance_steps(cv, bv, il, c, room, steps, k, bs, short)  # new blocks after all
         # k steps: `new_blocks_upto(room, r, k, bs)`

@@ -37,6 +37,8 @@ queue is not re-run). A host-timed step sends no earlier than the step before it
 """
 from __future__ import annotations
 
+from typing import Any
+
 MODES = ("full", "piecewise", "eager")
 
 
@@ -76,6 +78,7 @@ class EngineLoop:
         self.graph_max = graph_max   # the largest CUDA-graph capture size (0: no graphs)
         # mode -> (S, U, L) in seconds
         self.calls = {m: (s, u, lay * num_layers) for m, (s, u, lay) in calls.items()}
+        self.S_full, self.U_full = self.calls["full"][:2]   # (read on every step)
         self.H = 0.0
         # the admission cut-off of the next step: H, except after a decode-only step, whose
         # start it is (the leaper's rule for a leap's steps; the output's update time left out)
@@ -83,6 +86,9 @@ class EngineLoop:
         self.last: tuple | None = None   # (ids, GPU end) of the last step's tokens (ids:
         # a list or an id array, read only by `shift`)
         self.sent: float | None = None   # when the step before the one pricing now sent
+        # a lower bound on the current time of every last token of `last`'s ids (None:
+        # unknown): a shift to no later than it changes nothing and is skipped
+        self.floor: float | None = None
         # finishes of the last step not yet released to a closed-loop client: (num, time)
         self.finishes: list = []
         self.finish_to = 0.0     # the earliest those may be released (the loop's send)
@@ -116,6 +122,10 @@ class EngineLoop:
     def mode(self, shape) -> str:
         return launch_mode(shape.num_tokens, not len(shape.prefill_chunks), self.graph_max)
 
+    def full(self, shape) -> bool:
+        """Does the step replay one full CUDA graph (`mode(shape) == "full"`)?"""
+        return shape.num_tokens <= self.graph_max and not len(shape.prefill_chunks)
+
     def leaps(self, batch: int) -> bool:
         """Can a decode-only batch of `batch` requests leap (its steps replay a full graph)?"""
         return batch <= self.graph_max
@@ -130,20 +140,25 @@ class EngineLoop:
 
     def decode_start(self, clock: float) -> float:
         """When the next step's GPU work may start if it decodes only (a leap's start too)."""
-        return max(clock, self.H + self.calls["full"][0])
+        s = self.H + self.S_full
+        return s if s > clock else clock
 
     def decoded(self, start: float) -> None:
         """A full-graph step (or a leap's last) began at `start`: the previous output was
         sent once the GPU finished it."""
-        self.release()
-        self.H = start + self.calls["full"][1]
+        if self.finishes:
+            self.release()
+        else:
+            self.finish_to = 0.0
+        self.H = start + self.U_full
         self.cut = start
         self.sent = None
 
-    def applied(self, ids, g_end: float) -> None:
+    def applied(self, ids, g_end: float, delivered: float | None = None) -> None:
         """The step that just ended at `g_end` delivered tokens to `ids` (a list or an id
-        array, not changed afterwards). A host-timed step cannot send before the step ahead
-        of it did (the loop sends in order)."""
+        array, not changed afterwards), all at `delivered` where given. A host-timed step
+        cannot send before the step ahead of it did (the loop sends in order)."""
+        self.floor = delivered
         if self.sent is not None:
             self.shift(ids, self.sent + self.lag)
             self.finish_to = self.sent + self.lag
@@ -151,10 +166,13 @@ class EngineLoop:
         # a later host-timed step may still delay these tokens: streaming keeps them until then
         self.table.retire_hold = ids
 
-    def leapt(self, start: float, ids: list, g_end: float) -> None:
+    def leapt(self, start: float, ids: list, g_end: float,
+              delivered: float | None = None) -> None:
         """A leap whose last step began at `start` and ended at `g_end`, running `ids` (its
-        finishes, held, stay held until the next step is priced)."""
-        self.H = start + self.calls["full"][1]
+        finishes, held, stay held until the next step is priced), their tokens of that step
+        delivered at `delivered` where given."""
+        self.floor = delivered
+        self.H = start + self.U_full
         self.cut = start
         self.sent = None
         self.last = (ids, g_end)
@@ -183,20 +201,27 @@ class EngineLoop:
     def shift(self, ids, to: float) -> None:
         """The last token of each of `ids` reaches its client at the later of `to` and its
         front-end delivery (its first-token and finish times too, where it was one)."""
+        floor = self.floor
+        if floor is not None and floor >= to:
+            return   # every one is delivered at `to` or later already
+        self.floor = to   # (a shift only raises times: afterwards all are at `to` or later)
         t = self.table
         mask = t._mask
+        gen, _, off, out = t._views   # memoryviews: plain ints, no numpy scalars per element
+        first, fin = t._first_v, t._finish_v
+        tt: Any = memoryview(t.token_times)   # (the ring may be reallocated between calls)
+        lo = t.num_retired
         for r in (ids if type(ids) is list else ids.tolist()):
-            if r < t.num_retired:
+            if r < lo:
                 continue
-            g = int(t.generated[r])
-            pos = int(t.offsets[r]) + g - 1
+            g = gen[r]
+            pos = off[r] + g - 1
             if mask is not None:
                 pos &= mask
-            x = t.token_times[pos]
-            if x >= to:
+            if tt[pos] >= to:
                 continue
-            x = t.token_times[pos] = to
+            tt[pos] = to
             if g == 1:
-                t.first_token[r] = x
-            if g >= t.output[r]:
-                t.finish[r] = x
+                first[r] = to
+            if g >= out[r]:
+                fin[r] = to
