@@ -213,6 +213,30 @@ def test_bilinear_fast_path_is_the_two_row_interpolation(tables):
             assert table.cdec(n, ctx) == want
 
 
+def test_fast_cpu_attention_lookup_is_the_reference_to_the_last_bit(tables):
+    """`cdec` (the precomputed closure) against `cdec_ref` (NEO's `get_cdec_T` step by step):
+    on and between grid batch sizes and token points, at 0, past the last token point (both
+    count it) and past max_batch_size (both refuse)."""
+    _, table = tables
+    xs, cs = table.cdec_xs, table.cdec_s
+    rng = np.random.default_rng(1)
+    ctxs = sorted({0, 1, *xs, *(x + 1 for x in xs), *(x - 1 for x in xs[1:]),
+                   *rng.integers(1, xs[-1] * 2, 300).tolist()})
+    ns = sorted({*cs, *(c + 1 for c in cs[:-1]), *(c - 1 for c in cs[1:]),
+                 *rng.integers(1, cs[-1], 40).tolist()})
+    fast = table.cdec_positive()
+    before = table.beyond()
+    past = 0
+    for n in ns:
+        for ctx in ctxs:
+            want = table.cdec_ref(n, ctx)
+            assert fast(n, ctx) == want and table.cdec(n, ctx) == want, (n, ctx)
+            past += ctx > xs[-1]
+    assert past and table.beyond() - before == 3 * past   # ref, fast and cdec each count
+    with pytest.raises(ValueError, match="max_batch_size"):
+        fast(cs[-1] + 1, 5)
+
+
 def test_leaps_past_a_stalled_cpu_queue_pay_its_scan_as_stepping_does(monkeypatch):
     from simserve.policies.neo import engine
     made = {"n": 0}
