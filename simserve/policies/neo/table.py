@@ -73,14 +73,26 @@ def _lerp(x, x0, x1, y0, y1) -> float:
 
 
 class Table1D:
-    """One of NEO's 1-D tables with `_interp_1d`'s semantics (see the module docstring)."""
+    """One of NEO's 1-D tables with `_interp_1d`'s semantics (see the module docstring).
+    Lookups within the grid are remembered by their argument (a pure function of it; a
+    lookup past the grid is computed, and counted, every time)."""
 
-    __slots__ = ("beyond", "xs", "ys")
+    __slots__ = ("beyond", "memo", "xs", "ys")
 
     def __init__(self, xs: list[int], ys: list[float]):
-        self.xs, self.ys, self.beyond = xs, ys, 0
+        self.xs, self.ys, self.beyond, self.memo = xs, ys, 0, {}
 
     def __call__(self, x) -> float:
+        v = self.memo.get(x)
+        if v is None:
+            v = self.lookup(x)
+            if x <= self.xs[-1]:
+                if len(self.memo) >= 8192:
+                    self.memo.clear()
+                self.memo[x] = v
+        return v
+
+    def lookup(self, x) -> float:
         if x == 0:
             return 0.0
         xs, ys = self.xs, self.ys
