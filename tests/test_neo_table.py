@@ -14,7 +14,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies import make_config
 from simserve.policies.neo.predictor import Predictor, SubBatch
-from simserve.policies.neo.table import TablePredictor, grids, profile
+from simserve.policies.neo.table import Table1D, TablePredictor, grids, profile
 from simserve.run import simulate_point
 from simserve.sim.cluster import Cluster
 from tests.helpers import workload
@@ -235,6 +235,17 @@ def test_fast_cpu_attention_lookup_is_the_reference_to_the_last_bit(tables):
     assert past and table.beyond() - before == 3 * past   # ref, fast and cdec each count
     with pytest.raises(ValueError, match="max_batch_size"):
         fast(cs[-1] + 1, 5)
+
+
+def test_a_remembered_1d_lookup_is_the_lookup_and_past_the_grid_still_counts():
+    t = Table1D([1, 4, 16], [10.0, 13.0, 40.0])
+    for _ in range(2):
+        assert t(2) == t.lookup(2) == 10.0 + 3.0 * 1 / 3
+        assert t(0) == 0.0 and t(4) == 13.0
+    assert t.beyond == 0
+    t(20)
+    t(20)
+    assert t.beyond == 2 and t(20) == 40.0 + 27.0 * 4 / 12   # the last segment, extended
 
 
 def test_leaps_past_a_stalled_cpu_queue_pay_its_scan_as_stepping_does(monkeypatch):
