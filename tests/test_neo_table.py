@@ -195,6 +195,20 @@ def test_swiftllm_host_adds_to_the_forward():
     assert with_host.decode_only_s(8, 8000) == pytest.approx(want, rel=1e-12)
 
 
+def test_stalled_scan_wrapper_prices_k_steps_as_its_single_steps():
+    """A leap past a stalled CPU queue prices k steps with the wrapper's `decode_steps` (one
+    call); each must be the wrapper's single step, bit for bit, in every form the model picks
+    (one step at a time, the plain-float loop, numpy)."""
+    from simserve.policies.neo.engine import _PlusConstant
+    h = SwiftLLMHost.from_profile(HW.gpu)
+    cost = GpuCostModel(get_model(MODEL), HW.gpu, 1, None, False, 4096, host=h.engine_host())
+    w = _PlusConstant(cost, h.scan_us(37) * 1e-6)
+    for B, s0, m0 in ((1, 700, 700), (8, 8000, 3000), (40, 90_000, 9000)):
+        for k in (1, 2, 3, 20, 200):
+            got = w.decode_steps(B, s0, m0, k)
+            assert got == [float(w.decode_only_s(B, s0 + B * j, m0 + j)) for j in range(k)]
+
+
 @pytest.mark.parametrize("field,value", [("predictor", "exact"), ("host", "vllm"),
                                          ("gpu_gating", "no"), ("stage_launch_us", -1)])
 def test_bad_options_name_the_field(field, value):
