@@ -80,7 +80,8 @@ class Table1D:
     __slots__ = ("beyond", "memo", "xs", "ys")
 
     def __init__(self, xs: list[int], ys: list[float]):
-        self.xs, self.ys, self.beyond, self.memo = xs, ys, 0, {}
+        self.xs, self.ys, self.beyond = xs, ys, 0
+        self.memo: dict[int, float] = {}
 
     def __call__(self, x) -> float:
         v = self.memo.get(x)
