@@ -14,7 +14,7 @@ from simserve.hardware.setup import HardwareConfig, resolve_hardware
 from simserve.models import get_model
 from simserve.policies import make_config
 from simserve.policies.neo.predictor import Predictor, SubBatch
-from simserve.policies.neo.table import TablePredictor, grids, profile
+from simserve.policies.neo.table import Table1D, TablePredictor, grids, profile
 from simserve.run import simulate_point
 from simserve.sim.cluster import Cluster
 from tests.helpers import workload
@@ -195,6 +195,20 @@ def test_swiftllm_host_adds_to_the_forward():
     assert with_host.decode_only_s(8, 8000) == pytest.approx(want, rel=1e-12)
 
 
+def test_stalled_scan_wrapper_prices_k_steps_as_its_single_steps():
+    """A leap past a stalled CPU queue prices k steps with the wrapper's `decode_steps` (one
+    call); each must be the wrapper's single step, bit for bit, in every form the model picks
+    (one step at a time, the plain-float loop, numpy)."""
+    from simserve.policies.neo.engine import _PlusConstant
+    h = SwiftLLMHost.from_profile(HW.gpu)
+    cost = GpuCostModel(get_model(MODEL), HW.gpu, 1, None, False, 4096, host=h.engine_host())
+    w = _PlusConstant(cost, h.scan_us(37) * 1e-6)
+    for B, s0, m0 in ((1, 700, 700), (8, 8000, 3000), (40, 90_000, 9000)):
+        for k in (1, 2, 3, 20, 200):
+            got = w.decode_steps(B, s0, m0, k)
+            assert got == [float(w.decode_only_s(B, s0 + B * j, m0 + j)) for j in range(k)]
+
+
 @pytest.mark.parametrize("field,value", [("predictor", "exact"), ("host", "vllm"),
                                          ("gpu_gating", "no"), ("stage_launch_us", -1)])
 def test_bad_options_name_the_field(field, value):
@@ -211,6 +225,41 @@ def test_bilinear_fast_path_is_the_two_row_interpolation(tables):
             a, b = rows[i - 1](ctx), rows[i](ctx)
             want = a + (b - a) * (n - cs[i - 1]) / (cs[i] - cs[i - 1])
             assert table.cdec(n, ctx) == want
+
+
+def test_fast_cpu_attention_lookup_is_the_reference_to_the_last_bit(tables):
+    """`cdec` (the precomputed closure) against `cdec_ref` (NEO's `get_cdec_T` step by step):
+    on and between grid batch sizes and token points, at 0, past the last token point (both
+    count it) and past max_batch_size (both refuse)."""
+    _, table = tables
+    xs, cs = table.cdec_xs, table.cdec_s
+    rng = np.random.default_rng(1)
+    ctxs = sorted({0, 1, *xs, *(x + 1 for x in xs), *(x - 1 for x in xs[1:]),
+                   *rng.integers(1, xs[-1] * 2, 300).tolist()})
+    ns = sorted({*cs, *(c + 1 for c in cs[:-1]), *(c - 1 for c in cs[1:]),
+                 *rng.integers(1, cs[-1], 40).tolist()})
+    fast = table.cdec_positive()
+    before = table.beyond()
+    past = 0
+    for n in ns:
+        for ctx in ctxs:
+            want = table.cdec_ref(n, ctx)
+            assert fast(n, ctx) == want and table.cdec(n, ctx) == want, (n, ctx)
+            past += ctx > xs[-1]
+    assert past and table.beyond() - before == 3 * past   # ref, fast and cdec each count
+    with pytest.raises(ValueError, match="max_batch_size"):
+        fast(cs[-1] + 1, 5)
+
+
+def test_a_remembered_1d_lookup_is_the_lookup_and_past_the_grid_still_counts():
+    t = Table1D([1, 4, 16], [10.0, 13.0, 40.0])
+    for _ in range(2):
+        assert t(2) == t.lookup(2) == 10.0 + 3.0 * 1 / 3
+        assert t(0) == 0.0 and t(4) == 13.0
+    assert t.beyond == 0
+    t(20)
+    t(20)
+    assert t.beyond == 2 and t(20) == 40.0 + 27.0 * 4 / 12   # the last segment, extended
 
 
 def test_leaps_past_a_stalled_cpu_queue_pay_its_scan_as_stepping_does(monkeypatch):

@@ -60,6 +60,12 @@ class _PlusConstant:
         x = self.extra_s
         return [d + x for d in self.cost.decode_steps_list(num_decodes, ctx_sum0, ctx_max0, k)]
 
+    def decode_steps(self, num_decodes, ctx_sum0, ctx_max0, k):
+        """The model's `decode_steps` (its cheapest form of k steps), + `extra_s` each: a
+        leap prices its steps with it instead of one array call of `decode_only_s`."""
+        x = self.extra_s
+        return [d + x for d in self.cost.decode_steps(num_decodes, ctx_sum0, ctx_max0, k)]
+
     def decode_steps_s(self, num_decodes, ctx_sum0, ctx_max0, k):
         return self.cost.decode_steps_s(num_decodes, ctx_sum0, ctx_max0, k) + self.extra_s
 

@@ -73,14 +73,27 @@ def _lerp(x, x0, x1, y0, y1) -> float:
 
 
 class Table1D:
-    """One of NEO's 1-D tables with `_interp_1d`'s semantics (see the module docstring)."""
+    """One of NEO's 1-D tables with `_interp_1d`'s semantics (see the module docstring).
+    Lookups within the grid are remembered by their argument (a pure function of it; a
+    lookup past the grid is computed, and counted, every time)."""
 
-    __slots__ = ("beyond", "xs", "ys")
+    __slots__ = ("beyond", "memo", "xs", "ys")
 
     def __init__(self, xs: list[int], ys: list[float]):
         self.xs, self.ys, self.beyond = xs, ys, 0
+        self.memo: dict[int, float] = {}
 
     def __call__(self, x) -> float:
+        v = self.memo.get(x)
+        if v is None:
+            v = self.lookup(x)
+            if x <= self.xs[-1]:
+                if len(self.memo) >= 8192:
+                    self.memo.clear()
+                self.memo[x] = v
+        return v
+
+    def lookup(self, x) -> float:
         if x == 0:
             return 0.0
         xs, ys = self.xs, self.ys
@@ -107,6 +120,49 @@ def _fill_cdec(T: list[list[float]]) -> None:
                 T[i][j] = T[i + 1][j] + T[i][j - 1] - T[i + 1][j - 1]
 
 
+def _fast_cdec(cs: list[int], xs: list[int], ys: list[list[float]], ref):
+    """`TablePredictor.cdec_ref` for n >= 1 as one closure, with the same floats: per n the
+    grid rows it reads and its offset in the S interval, per row the differences of
+    neighbouring entries and between neighbouring rows, taken once (the subtractions `_lerp`
+    would repeat at every call; the multiplications and divisions stay in `_lerp`'s order).
+    Lookups past the token grid go to `ref`, which counts them."""
+    nx = len(xs)
+    dx = [0] + [xs[j] - xs[j - 1] for j in range(1, nx)]
+    dy = [[0.0] + [r[j] - r[j - 1] for j in range(1, nx)] for r in ys]
+    per_n: list = [None]           # per n: (row a, its dy, None) on a grid S, else
+    for n in range(1, cs[-1] + 1):  # (row a, its dy, row b, its dy, b − a, n − S_a, S_b − S_a)
+        i = bisect_left(cs, n)
+        if n == cs[i]:
+            per_n.append((ys[i], dy[i], None))
+        else:
+            a, b = ys[i - 1], ys[i]
+            per_n.append((a, dy[i - 1], b, dy[i], [q - p for p, q in zip(a, b)],
+                          n - cs[i - 1], cs[i] - cs[i - 1]))
+
+    def cdec(n: int, ctx: int) -> float:
+        try:
+            e = per_n[n]
+        except IndexError:
+            return ref(n, ctx)       # (raises: past max_batch_size)
+        if ctx == 0:
+            return 0.0
+        j = bisect_left(xs, ctx)
+        if j == nx:
+            return ref(n, ctx)       # past the last point: extended and counted there
+        row = e[0]
+        if e[2] is None:
+            if j == 0 or ctx == xs[j]:
+                return row[j]
+            return row[j - 1] + e[1][j] * (ctx - xs[j - 1]) / dx[j]
+        if j == 0 or ctx == xs[j]:
+            return row[j] + e[4][j] * e[5] / e[6]
+        k = ctx - xs[j - 1]
+        ya = row[j - 1] + e[1][j] * k / dx[j]
+        yb = e[2][j - 1] + e[3][j] * k / dx[j]
+        return ya + (yb - ya) * e[5] / e[6]
+    return cdec
+
+
 class TablePredictor(Predictor):
     """NEO's `TablePerfPredictor` for the round decisions. Construct with `profile` (below);
     the cost models it inherits from `Predictor` are read only by that profiling pass and by
@@ -125,6 +181,7 @@ class TablePredictor(Predictor):
         self.cdec_xs = self.cdec_rows[0].xs               # the grid every row shares
         self.cdec_ys = [r.ys for r in self.cdec_rows]
         self.grid = tables["grid"]
+        self._cdec_fast = _fast_cdec(self.cdec_s, self.cdec_xs, self.cdec_ys, self.cdec_ref)
 
     # -- NEO's four functions (µs per layer) -----------------------------------------------
     def lin(self, tokens: int) -> float:
@@ -137,9 +194,15 @@ class TablePredictor(Predictor):
         return self.gdec_t(ctx) if n else 0.0        # NEO's T_gdec(N): the tokens alone
 
     def cdec(self, n: int, ctx: int) -> float:
+        return self._cdec_fast(n, ctx) if n else 0.0
+
+    def cdec_positive(self):
+        return self._cdec_fast
+
+    def cdec_ref(self, n: int, ctx: int) -> float:
         """`get_cdec_T`: bilinear in the CPU batch size (grid S) and tokens (each row). Every
         row shares the token grid, so the token index is found once for both rows (the same
-        floats as `Table1D` on each row)."""
+        floats as `Table1D` on each row). `cdec` computes the same floats faster."""
         if not n:
             return 0.0
         cs = self.cdec_s
