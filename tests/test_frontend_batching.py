@@ -109,16 +109,21 @@ def test_a_burst_reaches_the_engine_in_the_groups_the_profile_predicts(monkeypat
     assert _groups(_reach_times(monkeypatch, w)) == [1] * n
 
 
-def test_leaping_gives_the_same_results_as_stepping_with_the_stage():
-    rng = np.random.default_rng(3)
-    n = 60
-    w = Workload(arrival_s=np.sort(rng.uniform(0, 1.5, n)), prompt_tokens=rng.integers(32, 2048, n),
-                 output_tokens=rng.integers(4, 200, n))
+def assert_leaping_equals_stepping(seed: int, n: int, horizon_s: float) -> None:
+    """A random burst through the stage, leapt and stepped: the same first-token and finish
+    times."""
+    rng = np.random.default_rng(seed)
+    w = Workload(arrival_s=np.sort(rng.uniform(0, horizon_s, n)),
+                 prompt_tokens=rng.integers(32, 2048, n), output_tokens=rng.integers(4, 200, n))
     hw = HardwareConfig(gpu="h200-sxm")
     a, b = (simulate_point(w, "llama-3.1-8b", hw, "vllm", engine="vllm", tokenizer_batching=True,
                            leap=lp).records for lp in (True, False))
     assert np.array_equal(a.first_token_s, b.first_token_s)
     assert np.array_equal(a.finish_s, b.finish_s)
+
+
+def test_leaping_gives_the_same_results_as_stepping_with_the_stage():
+    assert_leaping_equals_stepping(3, 60, 1.5)
 
 
 def test_default_front_end_has_no_stage_and_asking_without_a_fit_fails():

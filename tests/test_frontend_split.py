@@ -16,6 +16,7 @@ from simserve.policies import vllm_engine, vllm_intake
 from simserve.run import simulate_point
 from simserve.sim.frontend import BatchStage, FrontEnd
 from simserve.workload.spec import Workload
+from tests.test_frontend_batching import assert_leaping_equals_stepping
 
 SPLIT = {"in_us": 1000.0, "in_per_token_us": 0.0, "pre_delay_us": 1000.0, "post_us": 100.0,
          "post_per_token_us": 0.5, "in_delay_us": 3000.0, "out_us": 0.0,
@@ -113,15 +114,7 @@ def test_interleaved_handlers_reach_the_stage_together(monkeypatch, n):
 def test_leaping_gives_the_same_results_as_stepping_with_the_split(monkeypatch, interleave):
     _with_split(monkeypatch, dict(SPLIT, out_us=50.0, out_per_output_us=30.0,
                                   pre_interleave=interleave))
-    rng = np.random.default_rng(5)
-    n = 80
-    w = Workload(arrival_s=np.sort(rng.uniform(0, 1.0, n)), prompt_tokens=rng.integers(32, 2048, n),
-                 output_tokens=rng.integers(4, 200, n))
-    hw = HardwareConfig(gpu="h200-sxm")
-    a, b = (simulate_point(w, "llama-3.1-8b", hw, "vllm", engine="vllm", tokenizer_batching=True,
-                           leap=lp).records for lp in (True, False))
-    assert np.array_equal(a.first_token_s, b.first_token_s)
-    assert np.array_equal(a.finish_s, b.finish_s)
+    assert_leaping_equals_stepping(5, 80, 1.0)
 
 
 def test_the_profiles_front_ends_do_not_split():

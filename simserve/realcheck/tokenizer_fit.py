@@ -93,23 +93,10 @@ def around(root: str, server: str) -> tuple[np.ndarray, np.ndarray]:
     """Per request of `server`'s runs (Mooncake excluded: its prompts are truncated, so the
     probe's counts do not match the client's): `send -> t0` and `t1 -> queued`, seconds,
     pairing the tokenize rows in start order with the sends in send order."""
-    from simserve.realcheck.serve_data import load_run, run_dirs
-    from simserve.realcheck.step_diff import _probe, vllm_id
-    sd = os.path.join(root, server)
-    tk = sorted(tokenize_rows(sd), key=lambda r: r["t0"])
-    _, by_id = _probe(sd)
     pre, post = [], []
-    for d in run_dirs(root):
-        if os.path.dirname(d) != sd or "mooncake" in d:
-            continue
-        run = load_run(d, os.path.join(root, "plans"))
-        lo, hi = run.send.min() + run.origin - 1e-3, run.end.max() + run.origin
-        rows = [r for r in tk if lo <= r["t0"] <= hi]
-        if len(rows) != len(run.send):
-            continue
-        for r, i in zip(rows, np.argsort(run.send, kind="stable")):
-            pre.append(r["t0"] - run.origin - run.send[i])
-            post.append(by_id[vllm_id(run.name, int(i))][1]["queued"] - r["t1"])
+    for _, send, t0, t1, q in paired(root, server):
+        pre += list(t0 - send)
+        post += list(q - t1)
     return np.asarray(pre), np.asarray(post)
 
 
