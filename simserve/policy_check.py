@@ -144,10 +144,23 @@ def _params(pairs: list[str]) -> dict:
     return out
 
 
+def _check_flags(name: str, params: dict, hw: dict) -> None:
+    """What the policy needs of the hardware, named as this command's flags (`--cpu`)."""
+    from simserve.hardware.setup import HardwareConfig
+    from simserve.policies import check_hardware, make_config
+    try:
+        check_hardware(make_config(name, params), HardwareConfig(**hw))
+    except ConfigError as exc:
+        flag = "--" + str(exc).split(":", 1)[0].removeprefix("hardware.").replace("_", "-")
+        raise ConfigError(f"{flag}: policy {name} runs on the host CPU too; give {flag} "
+                          "(e.g. --cpu xeon-silver-4510 --cpu-cores 12)") from None
+
+
 def _main(a) -> int:
     try:
         hw = {k: v for k, v in (("gpu", a.gpu), ("num_gpus", a.num_gpus), ("cpu", a.cpu),
                                  ("cpu_cores", a.cpu_cores), ("pcie", a.pcie)) if v is not None}
+        _check_flags(a.name, _params(a.set), hw)
         problems = check(a.name, _params(a.set), a.model, hw, a.n, a.rate, a.trace,
                          not a.no_compiled)
     except ConfigError as exc:

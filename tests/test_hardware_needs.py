@@ -41,3 +41,11 @@ def test_run_and_sweep_refuse_neo_and_dualpace_without_a_cpu(tmp_path, capsys, m
         "num_gpus: 1}", "num_gpus: 1, cpu: xeon-silver-4510}"))
     line = _refused(capsys, ["run", "e.yaml", "--out", "out", "-q"], tmp_path, monkeypatch)
     assert "hardware.cpu_cores:" in line, line
+
+
+def test_check_policy_names_its_own_flag(capsys):
+    assert main(["check-policy", "dualpace", "-n", "20"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("simserve check-policy: --cpu: "), err
+    assert main(["check-policy", "dualpace", "-n", "20", "--cpu", "xeon-silver-4510"]) == 2
+    assert capsys.readouterr().err.startswith("simserve check-policy: --cpu-cores: ")
