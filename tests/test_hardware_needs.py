@@ -49,3 +49,17 @@ def test_check_policy_names_its_own_flag(capsys):
     assert len(err) == 1 and err[0].startswith("simserve check-policy: --cpu: "), err
     assert main(["check-policy", "dualpace", "-n", "20", "--cpu", "xeon-silver-4510"]) == 2
     assert capsys.readouterr().err.startswith("simserve check-policy: --cpu-cores: ")
+
+
+def test_the_python_api_gets_the_same_rule_at_build():
+    import numpy as np
+    import pytest
+
+    from simserve.errors import ConfigError
+    from simserve.hardware.setup import HardwareConfig
+    from simserve.run import simulate_point
+    from simserve.workload.spec import Workload
+    w = Workload(arrival_s=np.zeros(2), prompt_tokens=np.array([16, 16]),
+                 output_tokens=np.array([2, 2]))
+    with pytest.raises(ConfigError, match=r"^hardware\.cpu: policy neo runs on the host CPU"):
+        simulate_point(w, "llama-3.1-8b", HardwareConfig(gpu="h100-sxm"), "neo")

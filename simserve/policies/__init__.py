@@ -58,14 +58,17 @@ def register(name: str, config_cls: type):
 
 
 def check_hardware(policy_config, hardware) -> None:
-    """What a policy needs of the experiment's `hardware` (a `HardwareConfig`), checked before
-    anything runs: the `hardware.*` fields its config class names in `NEEDS_HARDWARE`
-    (e.g. a CPU-tier design's `("cpu", "cpu_cores")`)."""
+    """What a policy needs of the experiment's hardware (a `HardwareConfig`, or the resolved
+    `Hardware` a build gets), checked before anything runs and again at build: the
+    `hardware.*` fields its config class names in `NEEDS_HARDWARE` (e.g. a CPU-tier design's
+    `("cpu", "cpu_cores")`)."""
     for f in getattr(type(policy_config), "NEEDS_HARDWARE", ()):
         if getattr(hardware, f, None) is None:
-            raise ConfigError(f"hardware.{f}: {type(policy_config).__name__} runs on the host "
-                              f"CPU too; set hardware.{f} (e.g. hardware: "
-                              f"{{cpu: xeon-silver-4510, cpu_cores: 12}})")
+            who = next((n for n, (cls, _) in _REGISTRY.items() if cls is type(policy_config)),
+                       type(policy_config).__name__)
+            raise ConfigError(f"hardware.{f}: policy {who} runs on the host CPU too; set "
+                              f"hardware.{f} (e.g. hardware: {{cpu: xeon-silver-4510, "
+                              f"cpu_cores: 12}})")
 
 
 def builtin_policies() -> dict[str, str]:

@@ -8,7 +8,7 @@ from simserve.cost import GpuCostModel
 from simserve.cost.cpu import CpuCostModel
 from simserve.errors import ConfigError
 from simserve.policies.dualpace import controls
-from simserve.policies import register
+from simserve.policies import check_hardware, register
 from simserve.policies.base import Deployment, cost_model, deploy, kv_blocks
 from simserve.policies.dualpace.assist import CpuBatchExecutor, fit_thresholds
 from simserve.policies.dualpace.config import DualPaceConfig
@@ -24,9 +24,7 @@ from simserve.kv_budget import GIB
 def resolve(ctx, cfg: DualPaceConfig) -> dict:
     """Every derived quantity of one build (also used by tests and `simserve` reports)."""
     hw, m = ctx.hardware, ctx.model
-    if hw.cpu is None or not hw.cpu_cores:
-        raise ConfigError("hardware.cpu: policy 'dualpace' needs a CPU profile and cpu_cores "
-                          "(e.g. hardware: {cpu: xeon-silver-4510, cpu_cores: 12})")
+    check_hardware(cfg, hw)
     tp = cfg.tp or hw.num_gpus
     if tp != hw.num_gpus:
         raise ConfigError(f"policy.tp: dualpace runs one GPU engine over all {hw.num_gpus} "

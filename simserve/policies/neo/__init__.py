@@ -13,7 +13,7 @@ from simserve.cost.cpu import CpuCostModel
 from simserve.cost.swiftllm_host import SwiftLLMHost
 from simserve.errors import ConfigError
 from simserve.kv_budget import GIB
-from simserve.policies import register
+from simserve.policies import check_hardware, register
 from simserve.policies.base import cost_model, deploy, kv_blocks
 from simserve.policies.neo.config import NeoConfig
 from simserve.policies.neo.engine import NeoEngine
@@ -98,9 +98,7 @@ def build(ctx, cfg: NeoConfig):
     if hw.num_gpus != cfg.tp:
         raise ConfigError(f"policy neo.tp: one NEO engine spans all GPUs; tp={cfg.tp} but "
                           f"hardware.num_gpus={hw.num_gpus}")
-    if hw.cpu is None:
-        raise ConfigError("hardware.cpu: policy neo runs attention on the host CPU; name a CPU "
-                          "profile (e.g. cpu: xeon-silver-4510, cpu_cores: 12)")
+    check_hardware(cfg, hw)
     cores = hw.cpu_cores or int(hw.cpu.spec.get("cores", 0))
     gpu_blocks, cpu_blocks, summary = _pools(ctx, cfg)
     host = SwiftLLMHost.from_profile(hw.gpu, cfg.stage_launch_us) \
