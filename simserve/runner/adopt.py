@@ -5,8 +5,9 @@ entry is one simserve writes there. A run folder holds `summary.json`, `config.y
 sweep folder holds `points/` and optionally `summary.json`, `summary.csv`, each point a folder
 named by its 16-hex config hash holding `config.yaml` (headed "# resolved config of one sweep
 point"), its record (`record.json`, or `summary.json` before that name) and `requests.csv`.
-Half-written temporary entries (`.NAME.tmp-*`) count as simserve's. Anything else, a link
-included, is the user's: such a folder is not adopted.
+Half-written temporary entries (`.NAME.simserve-tmp-*`, and `.NAME.tmp-*` from older builds)
+count as simserve's; adopting deletes none of them. Anything else, a link included, is the
+user's: such a folder is not adopted.
 """
 from __future__ import annotations
 
