@@ -15,6 +15,7 @@ from simserve.cli import main
 from simserve.explain import MECHANISMS, explain
 from simserve.explain.decompose import Explanation
 from simserve.explain.mechanisms import option_names
+from tests.traces import needs_trace
 from simserve.explain.report import dumps_json, rows, to_csv
 from simserve.policies import get_policy
 from simserve.run import simulate_point
@@ -122,6 +123,7 @@ def _by_hand(rate: float, **off) -> float:
     return vals[0] if all(p.passes(v) for p, v in zip(parts[1:], vals[1:])) else math.nan
 
 
+@needs_trace("azure-conv")  # the Fig. 9a experiment replays it
 def test_each_step_is_the_design_with_that_mechanism_removed_by_hand():
     """The goodput explain reports for a step is the sustainable rate of the design with that
     mechanism switched off in the experiment by hand: at the reported rate the hand-built
