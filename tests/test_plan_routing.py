@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 from simserve.policies.routing import PrefixAffinity, make_router
+from tests.traces import needs_trace
 
 
 class FakeReplica:
@@ -80,6 +81,7 @@ def test_the_router_option_routes():
     assert a["mean_ttft_ms"] != b["mean_ttft_ms"]
 
 
+@needs_trace("mooncake-conversation")
 @pytest.mark.parametrize("old,new", [("vllm-routed", "vllm"), ("sarathi-routed", "sarathi")])
 def test_deprecated_routed_names_are_the_option_with_one_warning(old, new):
     from simserve.api import simulate
